@@ -49,10 +49,10 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.usePrecompiled) && self.usePrecompiled) == (has(oldSelf.usePrecompiled) && oldSelf.usePrecompiled)",message="spec.usePrecompiled is immutable (setting or removing it included): create a new NVIDIADriver instead"
 // +kubebuilder:validation:XValidation:rule="!(has(self.usePrecompiled) && self.usePrecompiled) || !has(self.gds) || !has(self.gds.enabled) || !self.gds.enabled",message="precompiled drivers do not support GPUDirect Storage: set spec.gds.enabled to false or spec.usePrecompiled to false"
 // +kubebuilder:validation:XValidation:rule="!(has(self.usePrecompiled) && self.usePrecompiled) || !has(self.gdrcopy) || !has(self.gdrcopy.enabled) || !self.gdrcopy.enabled",message="precompiled drivers do not support GDRCopy: set spec.gdrcopy.enabled to false or spec.usePrecompiled to false"
-// +kubebuilder:validation:XValidation:rule="has(self.version) && self.version != ”",message="spec.version is required: set the driver version, e.g. 535.104.12 (or the branch, e.g. 535, with usePrecompiled: true)"
-// +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version == ” || !(has(self.usePrecompiled) && self.usePrecompiled) || self.version.matches('^[0-9]+$')",message="with usePrecompiled: true, spec.version must be a driver branch such as 535 (digits only), not a full version or a digest"
-// +kubebuilder:validation:XValidation:rule="!has(self.version) || self.version == ” || (has(self.usePrecompiled) && self.usePrecompiled) || self.version.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$') || self.version.matches('^sha256:[a-f0-9]{64}$')",message="spec.version must be a valid image tag (letters, digits, '.', '_', '-', at most 128 characters, e.g. 535.104.12) or a digest sha256:<64 hex digits>"
-// +kubebuilder:validation:XValidation:rule="!has(self.repository) || self.repository == ” || !has(self.image) || !self.image.contains('/') || !self.image.split('/')[0].matches('[.:]|^localhost$')",message="spec.image is a full image path while spec.repository is also set: set spec.image to the name only (e.g. driver) or clear spec.repository"
+// +kubebuilder:validation:XValidation:rule="has(self.version) && size(self.version) != 0",message="spec.version is required: set the driver version, e.g. 535.104.12 (or the branch, e.g. 535, with usePrecompiled: true)"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || size(self.version) == 0 || !(has(self.usePrecompiled) && self.usePrecompiled) || self.version.matches('^[0-9]+$')",message="with usePrecompiled: true, spec.version must be a driver branch such as 535 (digits only), not a full version or a digest"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || size(self.version) == 0 || (has(self.usePrecompiled) && self.usePrecompiled) || self.version.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$') || self.version.matches('^sha256:[a-f0-9]{64}$')",message="spec.version must be a valid image tag (letters, digits, '.', '_', '-', at most 128 characters, e.g. 535.104.12) or a digest sha256:<64 hex digits>"
+// +kubebuilder:validation:XValidation:rule="!has(self.repository) || size(self.repository) == 0 || !has(self.image) || !self.image.contains('/') || !self.image.split('/')[0].matches('[.:]|^localhost$')",message="spec.image is a full image path while spec.repository is also set: set spec.image to the name only (e.g. driver) or clear spec.repository"
 type NVIDIADriverSpec struct {
 	// Default marks the fallback driver for GPU nodes that no non-default
 	// NVIDIADriver selects. At most one CR is the working default.
@@ -63,7 +63,7 @@ type NVIDIADriverSpec struct {
 	// DriverType is gpu (datacenter), vgpu (guest) or vgpu-host-manager. Immutable.
 	// +kubebuilder:default=gpu
 	// +optional
-	DriverType DriverType `json:"driverType"`
+	DriverType DriverType `json:"driverType,omitempty"`
 
 	// UsePrecompiled deploys precompiled driver images, one DaemonSet per
 	// kernel. Immutable.
@@ -82,7 +82,7 @@ type NVIDIADriverSpec struct {
 	// Repository is the registry path holding the driver image, e.g. nvcr.io/nvidia.
 	// Empty means spec.image is a full path (or nvcr.io/nvidia when image is a bare name).
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$')",message="spec.repository must be a registry path such as nvcr.io/nvidia: no scheme, tag, digest or trailing slash"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.matches('^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$')",message="spec.repository must be a registry path such as nvcr.io/nvidia: no scheme, tag, digest or trailing slash"
 	// +optional
 	Repository string `json:"repository,omitempty"`
 
@@ -90,7 +90,7 @@ type NVIDIADriverSpec struct {
 	// +kubebuilder:default=driver
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$')",message="spec.image must be an image name without tag or digest, e.g. driver (or nvcr.io/nvidia/driver with no repository): put the version in spec.version"
-	Image string `json:"image"`
+	Image string `json:"image,omitempty"`
 
 	// Version is the driver version (535.104.12), a sha256: digest, or with
 	// usePrecompiled the branch (535). The OS tag is appended to form the tag.
@@ -150,6 +150,10 @@ type NVIDIADriverSpec struct {
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// Tolerations added to the driver pods (nvidia.com/gpu:NoSchedule is always there).
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'] || size(t.operator) == 0)",message="spec.tolerations[].operator must be Exists or Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'] || size(t.effect) == 0)",message="spec.tolerations[].effect must be NoSchedule, PreferNoSchedule or NoExecute (or empty for all)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || size(t.value) == 0)",message="spec.tolerations[]: a toleration with operator Exists must not set a value"
+	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// PriorityClassName of the driver pods; system-node-critical when empty.
