@@ -2,13 +2,134 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/controller"
+	"github.com/nvdriver/nvdriver/pkg/render"
+	"github.com/nvdriver/nvdriver/pkg/version"
 )
 
+// LeaseName is the leader-election Lease; doctor judges liveness by it.
+const LeaseName = "nvdriver-controller"
+
 func main() {
-	// The reconciler lands with the controller issue; until then this binary
-	// says so plainly instead of pretending to run.
-	fmt.Fprintln(os.Stderr, "error: the nvdriver controller is not implemented in this build yet")
-	os.Exit(1)
+	os.Exit(run())
+}
+
+func run() int {
+	defNS := os.Getenv("OPERATOR_NAMESPACE")
+	if defNS == "" {
+		defNS = "gpu-operator"
+	}
+	var (
+		metricsAddr, probeAddr, namespace, leNamespace, managerImage, hostRoot string
+		leaderElect, showVersion                                               bool
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "use a Lease so only one replica writes")
+	flag.StringVar(&namespace, "namespace", defNS, "namespace of the driver DaemonSets (default: $OPERATOR_NAMESPACE, else gpu-operator)")
+	flag.StringVar(&leNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: --namespace)")
+	flag.StringVar(&managerImage, "driver-manager-image", envOr("DRIVER_MANAGER_IMAGE", render.DefaultManagerImage), "k8s-driver-manager image when a CR sets none")
+	flag.StringVar(&hostRoot, "host-root", "/", "host root filesystem path mounted into the driver manager")
+	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	if showVersion {
+		fmt.Println("nvdriver-controller", version.Version)
+		return 0
+	}
+	if leNamespace == "" {
+		leNamespace = namespace
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	logger := ctrl.Log.WithName("setup")
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: no Kubernetes configuration: %v (pass --kubeconfig or run in a cluster)\n", err)
+		return 1
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+
+	// The driver namespace must exist: we never create it (it must allow
+	// privileged pods, which is the admin's decision).
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		return 1
+	}
+	if err := direct.Get(context.Background(), client.ObjectKey{Name: namespace}, &corev1.Namespace{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintf(os.Stderr, "error: namespace %q does not exist: create it with `kubectl create namespace %s` (and label it pod-security.kubernetes.io/enforce=privileged), or pass --namespace\n", namespace, namespace)
+		} else {
+			fmt.Fprintf(os.Stderr, "error: checking namespace %q: %v\n", namespace, err)
+		}
+		return 1
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controller.CacheOptions(namespace),
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              LeaseName,
+		LeaderElectionNamespace:       leNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		logger.Error(err, "creating the manager")
+		return 1
+	}
+	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot}); err != nil {
+		logger.Error(err, "setting up the controllers")
+		return 1
+	}
+	// Once leader: make sure what the driver pods need is in place.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := controller.EnsureDriverPodObjects(ctx, mgr.GetClient(), namespace); err != nil {
+			logger.Error(err, "ensuring the driver pods' ServiceAccount, RBAC and startup probe ConfigMap")
+		}
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		logger.Error(err, "adding the ensure runnable")
+		return 1
+	}
+	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
+	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
+
+	logger.Info("starting", "version", version.Version, "namespace", namespace, "leaderElection", leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		logger.Error(err, "manager stopped")
+		return 1
+	}
+	return 0
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

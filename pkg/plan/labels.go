@@ -102,3 +102,10 @@ func majorOnly(id string) bool {
 	}
 	return false
 }
+
+// Upgrade protocol labels (NVIDIA's k8s-operator-libs, driver name "gpu").
+const (
+	LabelUpgradeState = "nvidia.com/gpu-driver-upgrade-state"
+	UpgradeDone       = "upgrade-done"
+	UpgradeFailed     = "upgrade-failed"
+)

@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopController()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "warning: stopping envtest:", err)
 	}

@@ -1,0 +1,281 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+// AppliedHashAnnotation records the hash of what we last applied, so an
+// unchanged DaemonSet costs no write (NVIDIA uses the same key for the same purpose).
+const AppliedHashAnnotation = "nvidia.com/last-applied-hash"
+
+// FieldManager is the server-side apply field owner of everything we write.
+const FieldManager = "nvdriver-controller"
+
+// Event reasons.
+const (
+	EventCreated  = "DaemonSetCreated"
+	EventUpdated  = "DaemonSetUpdated"
+	EventDeleted  = "DaemonSetDeleted"
+	EventConflict = "ConflictingNodeSelector"
+	EventDefault  = "ConflictingDefault"
+)
+
+// DriverReconciler turns one NVIDIADriver into its pool DaemonSets and status.
+// It plans the whole cluster from the cache (cheap, in memory) and acts only on
+// its own CR, so a slow or broken CR never blocks another.
+type DriverReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Options  Options
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	d := &v1alpha1.NVIDIADriver{}
+	if err := r.Client.Get(ctx, req.NamespacedName, d); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	snap, err := takeSnapshot(ctx, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := plan.Compute(snap.planNodes(), snap.drivers)
+
+	if !d.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, d, snap)
+	}
+	if !controllerutil.ContainsFinalizer(d, v1alpha1.Finalizer) {
+		patch := client.MergeFrom(d.DeepCopy())
+		controllerutil.AddFinalizer(d, v1alpha1.Finalizer)
+		if err := r.Client.Patch(ctx, d, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	pd := p.DriverByName(d.Name)
+	if pd == nil { // cannot happen for a live CR; be safe
+		return ctrl.Result{}, nil
+	}
+
+	owned, err := r.ownedDaemonSets(ctx, d)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var failure error
+	// A driver in error keeps its existing DaemonSets (its nodes keep running)
+	// but gets no new ones: fail closed for the CRs involved, and only for them.
+	if pd.Error == nil {
+		failure = r.applyPools(ctx, d, pd, owned)
+		if failure == nil {
+			failure = r.deleteStale(ctx, d, pd, owned)
+		}
+	}
+	if failure != nil {
+		logger.Error(failure, "reconcile failed")
+	}
+	r.eventOnNewError(d, pd)
+
+	states := map[string]string{}
+	for _, n := range snap.nodes {
+		if s := n.Labels[plan.LabelUpgradeState]; s != "" {
+			states[n.Name] = s
+		}
+	}
+	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, Namespace: r.Options.Namespace, Failure: failure})
+	if err := r.writeStatus(ctx, d, st); err != nil {
+		return ctrl.Result{}, err
+	}
+	recordState(d.Name, st.State)
+	return ctrl.Result{}, failure
+}
+
+// ownedDaemonSets lists the DaemonSets this CR controls, by name.
+func (r *DriverReconciler) ownedDaemonSets(ctx context.Context, d *v1alpha1.NVIDIADriver) (map[string]*appsv1.DaemonSet, error) {
+	list := &appsv1.DaemonSetList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}); err != nil {
+		return nil, fmt.Errorf("listing DaemonSets: %w", err)
+	}
+	out := make(map[string]*appsv1.DaemonSet, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
+func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADriver, pd *plan.Driver, owned map[string]*appsv1.DaemonSet) error {
+	opts := render.Options{Namespace: r.Options.Namespace, ManagerImage: r.Options.ManagerImage, HostRoot: r.Options.HostRoot}
+	for _, pool := range pd.Pools {
+		ds := render.DaemonSet(d, pool, opts)
+		hash := hashObject(ds)
+		if ds.Annotations == nil {
+			ds.Annotations = map[string]string{}
+		}
+		ds.Annotations[AppliedHashAnnotation] = hash
+		cur := owned[pool.DaemonSet]
+		if cur != nil && cur.Annotations[AppliedHashAnnotation] == hash {
+			continue // unchanged: no write
+		}
+		if cur == nil {
+			// Not ours by index; it may exist under another owner. Never take it over.
+			existing := &appsv1.DaemonSet{}
+			err := r.Client.Get(ctx, types.NamespacedName{Namespace: ds.Namespace, Name: ds.Name}, existing)
+			if err == nil && !metav1.IsControlledBy(existing, d) {
+				return fmt.Errorf("DaemonSet %s/%s exists and is not owned by NVIDIADriver %q: delete or rename it", ds.Namespace, ds.Name, d.Name)
+			}
+		}
+		obj, err := applyObject(ds)
+		if err != nil {
+			return err
+		}
+		if err := r.Client.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of an unstructured object
+			return fmt.Errorf("applying DaemonSet %s: %w", ds.Name, err)
+		}
+		// Keep the server's answer: its generation and status say the new
+		// template is not rolled out yet.
+		applied := &appsv1.DaemonSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, applied); err != nil {
+			return err
+		}
+		owned[pool.DaemonSet] = applied
+		if cur == nil {
+			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventCreated, "Create", "Created DaemonSet %s/%s for %s (%d node(s), image %s)", ds.Namespace, ds.Name, poolName(pool), len(pool.Nodes), pool.Image)
+		} else {
+			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventUpdated, "Update", "Updated DaemonSet %s/%s for %s (image %s)", ds.Namespace, ds.Name, poolName(pool), pool.Image)
+		}
+	}
+	return nil
+}
+
+// deleteStale removes this CR's DaemonSets whose pool no longer exists.
+func (r *DriverReconciler) deleteStale(ctx context.Context, d *v1alpha1.NVIDIADriver, pd *plan.Driver, owned map[string]*appsv1.DaemonSet) error {
+	want := map[string]bool{}
+	for _, pool := range pd.Pools {
+		want[pool.DaemonSet] = true
+	}
+	names := make([]string, 0, len(owned))
+	for name := range owned {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ds := owned[name]
+		if want[name] || !metav1.IsControlledBy(ds, d) || !ds.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, ds, client.Preconditions{UID: &ds.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting stale DaemonSet %s: %w", name, err)
+		}
+		delete(owned, name)
+		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventDeleted, "Delete", "Deleted DaemonSet %s/%s: its pool has no node any more", ds.Namespace, name)
+	}
+	return nil
+}
+
+// finalize releases a deleted CR: the plan no longer gives it nodes, the node
+// labeller moves its owner labels away, and once no node carries its owner
+// label the finalizer goes and garbage collection removes the DaemonSets.
+func (r *DriverReconciler) finalize(ctx context.Context, d *v1alpha1.NVIDIADriver, snap *snapshot) error {
+	if !controllerutil.ContainsFinalizer(d, v1alpha1.Finalizer) {
+		return nil
+	}
+	for _, n := range snap.nodes {
+		if n.Labels[plan.LabelOwner] == d.Name {
+			return nil // the node labeller releases it; its label change requeues us
+		}
+	}
+	patch := client.MergeFrom(d.DeepCopy())
+	controllerutil.RemoveFinalizer(d, v1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, d, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	forgetState(d.Name)
+	return nil
+}
+
+func (r *DriverReconciler) eventOnNewError(d *v1alpha1.NVIDIADriver, pd *plan.Driver) {
+	if pd.Error == nil {
+		return
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == CondError && c.Status == metav1.ConditionTrue && c.Reason == pd.Error.Reason && c.Message == pd.Error.Message {
+			return // already reported
+		}
+	}
+	reason := EventConflict
+	if pd.Error.Reason == plan.ReasonConflictingDefault {
+		reason = EventDefault
+	}
+	r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", pd.Error.Message)
+}
+
+func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADriver, st v1alpha1.NVIDIADriverStatus) error {
+	if equality.Semantic.DeepEqual(d.Status, st) {
+		return nil
+	}
+	patch := client.MergeFrom(d.DeepCopy())
+	d.Status = st
+	if err := r.Client.Status().Patch(ctx, d, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}
+
+func poolName(p plan.Pool) string {
+	if p.Kernel != "" {
+		return p.OSTag + "/" + p.Kernel
+	}
+	return p.OSTag
+}
+
+// hashObject hashes the rendered object (before the hash annotation is added).
+func hashObject(obj any) string {
+	data, _ := json.Marshal(obj)
+	h := fnv.New32a()
+	_, _ = h.Write(data)
+	return fmt.Sprint(h.Sum32())
+}
+
+// applyObject turns a typed object into the body of a server-side apply: no
+// status and no zero-valued metadata, so we own only the fields we set.
+func applyObject(obj any) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	if spec, ok := m["spec"].(map[string]any); ok {
+		if tpl, ok := spec["template"].(map[string]any); ok {
+			if md, ok := tpl["metadata"].(map[string]any); ok {
+				delete(md, "creationTimestamp")
+			}
+		}
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}

@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+// startupProbeScript is the driver container's startup probe: the driver is up
+// when the kernel module is loaded, the daemons report ready and nvidia-smi
+// answers; it then marks the node's driver as ready for the validator.
+const startupProbeScript = `#!/bin/sh
+if [ -f /sys/module/nvidia/refcnt ] && [ -f /run/nvidia/validations/.driver-daemons-status ] && nvidia-smi >/dev/null 2>&1; then
+  touch /run/nvidia/validations/.driver-ctr-ready
+  exit 0
+fi
+rm -f /run/nvidia/validations/.driver-ctr-ready
+exit 1
+`
+
+// driverPodObjects are what the driver pods need and the controller keeps in
+// place itself, so it works without the chart (SPEC §6): the ServiceAccount,
+// exactly the RBAC k8s-driver-manager uses, and the startup probe script.
+func driverPodObjects(namespace string) []client.Object {
+	labels := map[string]string{"app.kubernetes.io/managed-by": FieldManager, render.LabelState: render.StateDriver}
+	meta := func(name, ns string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}
+	}
+	return []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: meta(render.ServiceAccount, namespace)},
+		&rbacv1.ClusterRole{ObjectMeta: meta(render.ServiceAccount, ""), Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "list"}},
+		}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: meta(render.ServiceAccount, ""),
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: render.ServiceAccount},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: render.ServiceAccount, Namespace: namespace}}},
+		&corev1.ConfigMap{ObjectMeta: meta(render.StartupProbeConfigMap, namespace), Data: map[string]string{"startup-probe.sh": startupProbeScript}},
+	}
+}
+
+// EnsureDriverPodObjects creates what is missing and repairs what drifted;
+// it writes nothing when everything is in place.
+func EnsureDriverPodObjects(ctx context.Context, c client.Client, namespace string) error {
+	for _, want := range driverPodObjects(namespace) {
+		have := want.DeepCopyObject().(client.Object)
+		err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
+		if apierrors.IsNotFound(err) {
+			if err := c.Create(ctx, want, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating %T %s: %w", want, want.GetName(), err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading %T %s: %w", want, want.GetName(), err)
+		}
+		if same(want, have) {
+			continue
+		}
+		want.SetResourceVersion(have.GetResourceVersion())
+		if err := c.Update(ctx, want, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("updating %T %s: %w", want, want.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func same(want, have client.Object) bool {
+	switch w := want.(type) {
+	case *rbacv1.ClusterRole:
+		return equality.Semantic.DeepEqual(w.Rules, have.(*rbacv1.ClusterRole).Rules)
+	case *rbacv1.ClusterRoleBinding:
+		h := have.(*rbacv1.ClusterRoleBinding)
+		return equality.Semantic.DeepEqual(w.RoleRef, h.RoleRef) && equality.Semantic.DeepEqual(w.Subjects, h.Subjects)
+	case *corev1.ConfigMap:
+		return equality.Semantic.DeepEqual(w.Data, have.(*corev1.ConfigMap).Data)
+	}
+	return true
+}

@@ -1,0 +1,210 @@
+// Package controller reconciles NVIDIADriver resources: it reads the cluster
+// into a snapshot, calls plan.Compute and render.DaemonSet, applies the result
+// with server-side apply and writes an honest status.
+package controller
+
+import (
+	"context"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+// Options configure the controller.
+type Options struct {
+	Namespace    string // where driver DaemonSets live
+	ManagerImage string // default k8s-driver-manager image
+	HostRoot     string
+}
+
+const ownerIndex = "metadata.ownerReferences.nvidiadriver"
+
+// CacheOptions keeps the cache small at thousands of nodes: nodes keep only
+// what the plan and the upgrade logic read (SPEC §6 "Node cache"), and only our
+// DaemonSets in the driver namespace are cached.
+func CacheOptions(namespace string) cache.Options {
+	req, _ := labels.NewRequirement(render.LabelState, selection.Equals, []string{render.StateDriver})
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Node{}: {Transform: trimNode},
+			&appsv1.DaemonSet{}: {
+				Namespaces: map[string]cache.Config{namespace: {}},
+				Label:      labels.NewSelector().Add(*req),
+			},
+		},
+	}
+}
+
+// trimNode drops everything of a Node the controller never reads.
+func trimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+	}
+	for k, v := range n.Annotations {
+		if isOurAnnotation(k) {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return out, nil
+}
+
+func isOurAnnotation(k string) bool {
+	switch k {
+	case "nvidia.com/gpu-driver-upgrade-requested",
+		"nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable",
+		"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
+		"nvidia.com/gpu-driver-upgrade-validation-start-time",
+		"nvidia.com/gpu-driver-upgrade-enabled":
+		return true
+	}
+	return false
+}
+
+// planLabels are the node labels the plan (and readiness) reads; a node event
+// that changes none of them is ignored.
+func planLabels(l map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		switch k {
+		case plan.LabelGPUPresent, plan.LabelDeployDriver, plan.LabelOwner, plan.LabelOSID, plan.LabelOSVersion,
+			plan.LabelOSVersionMajor, plan.LabelKernel, plan.LabelUpgradeState,
+			"feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
+			"feature.node.kubernetes.io/pci-0300_10de.present":
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// nodeChanged passes node events that matter: create, delete, and updates that
+// change a label the plan reads or any label a CR selects on.
+func nodeChanged(c client.Client) predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()
+			if !maps.Equal(planLabels(o), planLabels(n)) {
+				return true
+			}
+			if maps.Equal(o, n) {
+				return false
+			}
+			// Another label changed: it matters only if some CR selects on it.
+			drivers := &v1alpha1.NVIDIADriverList{}
+			if err := c.List(context.Background(), drivers); err != nil {
+				return true
+			}
+			for _, d := range drivers.Items {
+				for k := range d.Spec.NodeSelector {
+					if o[k] != n[k] {
+						return true
+					}
+				}
+			}
+			return false
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// Setup registers the reconcilers with the manager.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "NVIDIADriver" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+			return nil
+		}
+		return []string{string(ref.UID)}
+	}); err != nil {
+		return err
+	}
+	c := mgr.GetClient()
+
+	allDrivers := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		list := &v1alpha1.NVIDIADriverList{}
+		if err := c.List(ctx, list); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(list.Items))
+		for i := range list.Items {
+			reqs[i] = reconcile.Request{NamespacedName: client.ObjectKey{Name: list.Items[i].Name}}
+		}
+		return reqs
+	})
+	driverOfDS := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "NVIDIADriver" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
+	})
+
+	dr := &DriverReconciler{Client: c, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts}
+	// A CR's change can move nodes to or from others (default fallback,
+	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("nvidiadriver").
+		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionPredicate()))).
+		Watches(&v1alpha1.NVIDIADriver{}, allDrivers, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&appsv1.DaemonSet{}, driverOfDS).
+		Watches(&corev1.Node{}, allDrivers, builder.WithPredicates(nodeChanged(c))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(dr); err != nil {
+		return err
+	}
+
+	nodesKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{nodeLabelsKey}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("node-labels").
+		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
+		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
+		Complete(&NodeLabeler{Client: c})
+}
+
+// deletionPredicate passes updates that start a deletion (finalizers hold the object).
+func deletionPredicate() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

@@ -1,0 +1,133 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+)
+
+// Condition types and reasons (NVIDIA's, plus ours where SPEC §6 adds them).
+const (
+	CondReady = "Ready"
+	CondError = "Error"
+
+	ReasonReconciled      = "Reconciled"
+	ReasonNoMatchingNodes = "NoMatchingNodes"
+	ReasonDriverNotReady  = "DriverNotReady"
+	ReasonUpgrading       = "Upgrading"
+	ReasonReady           = "Ready"
+	ReasonReconcileFailed = "ReconcileFailed"
+)
+
+// statusInput is what the status of one CR is computed from.
+type statusInput struct {
+	Driver     *v1alpha1.NVIDIADriver
+	Plan       *plan.Driver
+	DaemonSets map[string]*appsv1.DaemonSet // by name; nil entry = not created yet
+	NodeStates map[string]string            // node -> upgrade-state label
+	Namespace  string
+	Failure    error // an error reconciling (API failure)
+}
+
+// computeStatus is the CR's status as SPEC §6 "Readiness" defines it. It is
+// pure, so it is unit-tested and the same inputs always give the same status.
+func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
+	old := in.Driver.Status
+	st := v1alpha1.NVIDIADriverStatus{
+		ObservedGeneration: in.Driver.Generation,
+		Namespace:          in.Namespace,
+		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
+	}
+	pd := in.Plan
+
+	var notReady []string
+	upgrading := 0
+	for _, pool := range pd.Pools {
+		ps := v1alpha1.PoolStatus{OSTag: pool.OSTag, Kernel: pool.Kernel, DaemonSet: pool.DaemonSet, Image: pool.Image,
+			Nodes: int32(len(pool.Nodes))}
+		ds := in.DaemonSets[pool.DaemonSet]
+		if ds != nil {
+			s := ds.Status
+			ps.Desired, ps.Ready, ps.Updated, ps.Available = s.DesiredNumberScheduled, s.NumberReady, s.UpdatedNumberScheduled, s.NumberAvailable
+		}
+		for _, n := range pool.Nodes {
+			state := in.NodeStates[n]
+			if state == "" {
+				continue
+			}
+			if ps.Upgrade == nil {
+				ps.Upgrade = map[string]int32{}
+			}
+			ps.Upgrade[state]++
+			if state != plan.UpgradeDone {
+				upgrading++
+			}
+		}
+		switch {
+		case ds == nil:
+			notReady = append(notReady, pool.DaemonSet+" not created yet")
+		case ds.Status.ObservedGeneration != ds.Generation:
+			notReady = append(notReady, pool.DaemonSet+" not yet observed by the DaemonSet controller")
+		case ps.Desired != ps.Updated || ps.Desired != ps.Available:
+			notReady = append(notReady, fmt.Sprintf("%s %d/%d available, %d/%d updated", pool.DaemonSet, ps.Available, ps.Desired, ps.Updated, ps.Desired))
+		}
+		st.Pools = append(st.Pools, ps)
+	}
+
+	setError := func(reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondError, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReady, Status: metav1.ConditionFalse, Reason: "Error", Message: msg, ObservedGeneration: st.ObservedGeneration})
+		st.State = v1alpha1.NotReady
+	}
+	switch {
+	case pd.Error != nil:
+		setError(pd.Error.Reason, pd.Error.Message)
+	case in.Failure != nil:
+		setError(ReasonReconcileFailed, in.Failure.Error())
+	default:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondError, Status: metav1.ConditionFalse, Reason: ReasonReady, ObservedGeneration: st.ObservedGeneration})
+		reason, msg, status := ReasonReconciled, "All resources have been successfully reconciled", metav1.ConditionTrue
+		switch {
+		case len(pd.Pools) == 0:
+			reason, msg = ReasonNoMatchingNodes, noNodesMessage(pd)
+		case upgrading > 0:
+			reason, msg, status = ReasonUpgrading, fmt.Sprintf("%d node(s) upgrading", upgrading), metav1.ConditionFalse
+		case len(notReady) > 0:
+			reason, msg, status = ReasonDriverNotReady, "Waiting for driver pod to be ready: "+strings.Join(notReady, "; "), metav1.ConditionFalse
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration})
+		st.State = v1alpha1.Ready
+		if status != metav1.ConditionTrue {
+			st.State = v1alpha1.NotReady
+		}
+	}
+	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type > st.Conditions[j].Type })
+	return st
+}
+
+func noNodesMessage(pd *plan.Driver) string {
+	if len(pd.Skipped) == 0 {
+		return "No GPU node is selected by this NVIDIADriver"
+	}
+	reasons := map[string]int{}
+	for _, s := range pd.Skipped {
+		reasons[s.Reason]++
+	}
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", reasons[k], k)
+	}
+	return "No GPU node needs a driver from this NVIDIADriver; skipped: " + strings.Join(parts, ", ")
+}
