@@ -4,6 +4,8 @@
 # binary registry is reachable here. Rebuilds only what is missing.
 #
 # usage: test/tools/build.sh [component...]   (default: etcd kube-apiserver)
+# Each tool lives in its own module under test/tools (kwok/, helm/, krew/) so
+# their dependency graphs never touch the product's go.mod.
 # prints the binary directory on its last line.
 set -euo pipefail
 
@@ -27,6 +29,7 @@ done
 
 for c in "${components[@]}"; do
   out="$cache/$c"
+  mod=.
   if [ -x "$out" ]; then
     echo ">> $c: cached at $out" >&2
     continue
@@ -34,14 +37,18 @@ for c in "${components[@]}"; do
   case "$c" in
     etcd) pkg=./cmd/etcd; lf="-s -w" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler) pkg=k8s.io/kubernetes/cmd/$c; lf="$ldflags" ;;
-    *) echo "error: unknown component $c (known: etcd kube-apiserver kube-controller-manager kube-scheduler)" >&2; exit 1 ;;
+    kwok|kwokctl) mod=kwok; pkg=sigs.k8s.io/kwok/cmd/$c; lf="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=0.8.0 -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" ;;
+    helm) mod=helm; pkg=helm.sh/helm/v3/cmd/helm; lf="-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0" ;;
+    kubectl-krew) mod=krew; pkg=sigs.k8s.io/krew/cmd/krew; lf="-s -w" ;;
+    validate-krew-manifest) mod=krew; pkg=sigs.k8s.io/krew/cmd/validate-krew-manifest; lf="-s -w" ;;
+    *) echo "error: unknown component $c (known: etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm kubectl-krew validate-krew-manifest)" >&2; exit 1 ;;
   esac
   echo ">> building $c (first build takes several minutes on 2 cores; later runs use the cache)" >&2
   start=$(date +%s)
   # Progress: a dot every 30s so a long cold build is visibly alive.
   ( while sleep 30; do printf '.' >&2; done ) & ticker=$!
   trap 'kill $ticker 2>/dev/null || true' EXIT
-  if ! (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "$lf" -o "$out.tmp" "$pkg"); then
+  if ! (cd "$here/$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$lf" -o "$out.tmp" "$pkg"); then
     kill $ticker 2>/dev/null || true
     rm -f "$out.tmp"
     echo "error: building $c failed" >&2

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The local simulated GPU cluster: real etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler, and kwok for the nodes, all built
+# from Go modules (test/tools/build.sh) and run by kwokctl's binary runtime.
+# Every component listens on 127.0.0.1 only.
+#
+# usage: test/cluster/cluster.sh up [--gpu-nodes N] | down | kubeconfig
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+name="${NVDRIVER_CLUSTER_NAME:-nvdriver}"
+export KWOK_WORKDIR="${KWOK_WORKDIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nvdriver/kwok}"
+mkdir -p "$KWOK_WORKDIR"
+kubeconfig="$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml"
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null ||
+    echo $(( 20000 + RANDOM % 20000 ))
+}
+
+up() {
+  local gpu_nodes=6
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --gpu-nodes) gpu_nodes="$2"; shift 2 ;;
+      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N])" >&2; exit 1 ;;
+    esac
+  done
+  echo ">> building cluster components (cached after the first build; a cold build takes ~15 minutes on 2 cores)"
+  bin="$("$root/test/tools/build.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl)"
+  if "$bin/kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
+    echo ">> cluster $name exists; recreating it"
+    "$bin/kwokctl" delete cluster --name "$name" >/dev/null
+  fi
+  local etcd_port etcd_peer
+  etcd_port="$(free_port)"; etcd_peer="$(free_port)"
+  echo ">> starting cluster $name (workdir $KWOK_WORKDIR)"
+  "$bin/kwokctl" create cluster --name "$name" --runtime binary --kubeconfig "" \
+    --etcd-binary "$bin/etcd" --kube-apiserver-binary "$bin/kube-apiserver" \
+    --kube-controller-manager-binary "$bin/kube-controller-manager" \
+    --kube-scheduler-binary "$bin/kube-scheduler" --kwok-controller-binary "$bin/kwok" \
+    --etcd-port "$etcd_port" \
+    --extra-args "etcd=listen-client-urls=http://127.0.0.1:$etcd_port" \
+    --extra-args "etcd=listen-peer-urls=http://127.0.0.1:$etcd_peer" \
+    --extra-args "etcd=advertise-client-urls=http://127.0.0.1:$etcd_port" \
+    --extra-args "kube-apiserver=bind-address=127.0.0.1" \
+    --extra-args "kube-controller-manager=bind-address=127.0.0.1" \
+    --extra-args "kube-scheduler=bind-address=127.0.0.1" \
+    --extra-args "kwok-controller=server-address=127.0.0.1:0" \
+    --wait 2m >"$KWOK_WORKDIR/create-$name.log" 2>&1 || { cat "$KWOK_WORKDIR/create-$name.log" >&2; exit 1; }
+  "$bin/kwokctl" get kubeconfig --name "$name" > "$kubeconfig.tmp" && mv "$kubeconfig.tmp" "$kubeconfig"
+  echo ">> creating $gpu_nodes simulated GPU node(s), a pre-installed-driver node and a non-GPU node"
+  (cd "$root" && go run ./test/cluster/nodes --kubeconfig "$kubeconfig" --gpu-nodes "$gpu_nodes")
+  echo ">> cluster $name is up. Use it with:"
+  echo "export KUBECONFIG=$kubeconfig"
+}
+
+down() {
+  local bin="${NVDRIVER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nvdriver/bin/v1.37.2}"
+  if [ ! -x "$bin/kwokctl" ]; then echo ">> no kwokctl built; nothing to remove"; return; fi
+  if "$bin/kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
+    "$bin/kwokctl" delete cluster --name "$name"
+  else
+    echo ">> no cluster $name"
+  fi
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  kubeconfig) echo "$kubeconfig" ;;
+  *) echo "usage: $0 up [--gpu-nodes N] | down | kubeconfig" >&2; exit 1 ;;
+esac
