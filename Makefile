@@ -11,7 +11,7 @@ CONTROLLER_GEN := cd hack/tools && $(GO) tool controller-gen
 # kube-apiserver and etcd for envtest, built once into a cache outside the repo.
 ASSETS = $(shell test/tools/build.sh etcd kube-apiserver)
 
-.PHONY: all build test test-unit test-integration lint verify manifests generate demo help clean
+.PHONY: all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down
 
 all: build
 
@@ -47,12 +47,23 @@ test-integration: ## integration tests against a real kube-apiserver + etcd (env
 	@assets="$(ASSETS)"; echo ">> KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test ./test/integration/...
 
-test: ## everything CI runs: lint, unit and integration tests
+test-e2e: ## end-to-end tests on a fresh local simulated GPU cluster (built from source once)
+	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl >/dev/null
+	$(GO) test -count=1 -timeout 30m ./test/e2e/...
+
+test: ## everything CI runs: lint, unit, integration and end-to-end tests
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint; \
 	$(MAKE) --no-print-directory test-unit; \
 	$(MAKE) --no-print-directory test-integration; \
+	$(MAKE) --no-print-directory test-e2e; \
 	echo ">> make test passed in $$(( $$(date +%s) - start ))s"
+
+cluster-up: ## start the local simulated GPU cluster (GPU_NODES=6)
+	test/cluster/cluster.sh up --gpu-nodes $${GPU_NODES:-6}
+
+cluster-down: ## remove the local cluster
+	test/cluster/cluster.sh down
 
 demo: build ## the product on a laptop (the local cluster lands with the distribution issue)
 	@echo "Built bin/kubectl-nvdriver and bin/controller."

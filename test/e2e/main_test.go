@@ -1,0 +1,211 @@
+// Package e2e runs the product on the local simulated GPU cluster: real
+// kube-apiserver, kube-controller-manager (DaemonSet controller, garbage
+// collector), kube-scheduler and kwok nodes, with the controller binary
+// running as a process, and kubectl driving it as a user would.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+)
+
+const (
+	clusterName = "nvdriver-e2e"
+	driverNS    = "gpu-operator"
+)
+
+var (
+	root       string
+	kubeconfig string
+	binDir     string
+	k8s        client.Client
+	scheme     = k8sruntime.NewScheme()
+	controller *exec.Cmd
+	ctrlLog    string
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func run(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NVDRIVER_CLUSTER_NAME="+clusterName)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	root = repoRoot()
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "error: "+format+"\n", a...)
+		return 1
+	}
+	kc, err := run(filepath.Join(root, "test/cluster/cluster.sh"), "kubeconfig")
+	if err != nil {
+		return fail("cluster.sh kubeconfig: %v", err)
+	}
+	kubeconfig = strings.TrimSpace(kc)
+
+	start := time.Now()
+	if out, err := run(filepath.Join(root, "test/cluster/cluster.sh"), "up", "--gpu-nodes", "6"); err != nil {
+		return fail("starting the local cluster: %v\n%s", err, out)
+	}
+	defer func() {
+		if os.Getenv("NVDRIVER_E2E_KEEP") == "" {
+			_, _ = run(filepath.Join(root, "test/cluster/cluster.sh"), "down")
+		}
+	}()
+	fmt.Fprintf(os.Stderr, ">> local cluster up in %s\n", time.Since(start).Round(time.Second))
+
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fail("%v", err)
+	}
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fail("%v", err)
+	}
+	if out, err := run("kubectl", "apply", "-f", "charts/nvdriver/crds/"); err != nil {
+		return fail("installing the CRD: %v\n%s", err, out)
+	}
+	if out, err := run("kubectl", "create", "namespace", driverNS); err != nil {
+		return fail("creating the namespace: %v\n%s", err, out)
+	}
+
+	binDir, err = os.MkdirTemp("", "nvdriver-e2e-bin")
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.RemoveAll(binDir)
+	if out, err := run("go", "build", "-o", binDir, "./cmd/controller", "./cmd/kubectl-nvdriver"); err != nil {
+		return fail("building: %v\n%s", err, out)
+	}
+	if err := startController(); err != nil {
+		return fail("%v", err)
+	}
+	defer stopController()
+
+	code := m.Run()
+	if code != 0 {
+		if data, err := os.ReadFile(ctrlLog); err == nil {
+			lines := strings.Split(string(data), "\n")
+			if len(lines) > 60 {
+				lines = lines[len(lines)-60:]
+			}
+			fmt.Fprintf(os.Stderr, "---- last controller log lines (%s) ----\n%s\n", ctrlLog, strings.Join(lines, "\n"))
+		}
+	}
+	return code
+}
+
+func startController(extra ...string) error {
+	f, err := os.CreateTemp("", "nvdriver-controller-*.log")
+	if err != nil {
+		return err
+	}
+	ctrlLog = f.Name()
+	args := append([]string{"--kubeconfig", kubeconfig, "--namespace", driverNS, "--leader-elect=false",
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
+	controller = exec.Command(filepath.Join(binDir, "controller"), args...)
+	controller.Stdout, controller.Stderr = f, f
+	return controller.Start()
+}
+
+func stopController() {
+	if controller != nil && controller.Process != nil {
+		_ = controller.Process.Kill()
+		_, _ = controller.Process.Wait()
+	}
+}
+
+// eventually polls f until it returns nil or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run("kubectl", args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// labelNodes sets (or with value "-" removes) a label and undoes it at the end.
+func labelNodes(t *testing.T, key, value string, nodes ...string) {
+	t.Helper()
+	arg := key + "=" + value
+	if value == "-" {
+		arg = key + "-"
+	}
+	kubectl(t, append([]string{"label", "node", "--overwrite"}, append(nodes, arg)...)...)
+	t.Cleanup(func() { _, _ = run("kubectl", append([]string{"label", "node"}, append(nodes, key+"-")...)...) })
+}
+
+// applySeed applies a seed manifest verbatim and deletes its CRs at the end,
+// waiting until they are gone.
+func applySeed(t *testing.T, file string) {
+	t.Helper()
+	path := filepath.Join("test", "testdata", "seed", file)
+	kubectl(t, "apply", "-f", path)
+	t.Cleanup(func() {
+		_, _ = run("kubectl", "delete", "-f", path, "--wait=true", "--timeout=60s")
+	})
+}
+
+func driverPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(driverNS), client.MatchingLabels{"app.kubernetes.io/component": "nvidia-driver"}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
