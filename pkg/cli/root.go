@@ -3,12 +3,17 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	_ "k8s.io/client-go/plugin/pkg/client/auth" // cloud auth plugins, as kubectl has
 
 	"github.com/nvdriver/nvdriver/pkg/version"
 )
@@ -27,9 +32,16 @@ func (e *FindingsError) Error() string { return e.Msg }
 
 // NewRootCommand builds `kubectl nvdriver`.
 func NewRootCommand(in io.Reader, out, errOut io.Writer) *cobra.Command {
+	s := genericiooptions.IOStreams{In: in, Out: out, ErrOut: errOut}
+	flags := genericclioptions.NewConfigFlags(true)
+	noColor := false
 	root := &cobra.Command{
-		Use:           "nvdriver",
-		Short:         "Manage NVIDIA GPU drivers through NVIDIADriver resources",
+		Use:   "nvdriver",
+		Short: "Manage NVIDIA GPU drivers through NVIDIADriver resources",
+		Long: `kubectl nvdriver manages NVIDIA GPU drivers on Kubernetes through NVIDIADriver
+resources (nvidia.com/v1alpha1), with the nvdriver controller or NVIDIA's GPU Operator.
+
+Exit status: 0 ok, 1 error, 3 findings (conflicts, doctor errors, failed upgrades).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nvdriver"},
@@ -37,15 +49,31 @@ func NewRootCommand(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newVersionCommand(out))
+	flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().BoolVar(&noColor, "no-color", false, "never colour the output (also off when NO_COLOR is set or the output is not a terminal)")
+	root.AddCommand(
+		NewCmdAssign(flags, s),
+		NewCmdPreview(flags, s, &noColor),
+		NewCmdUpgrade(flags, s, &noColor),
+		NewCmdStatus(flags, s, &noColor),
+		NewCmdDoctor(flags, s, &noColor),
+		newVersionCommand(out),
+		newCompletionCommand(root, out),
+	)
+	root.CompletionOptions.DisableDefaultCmd = true
 	return root
 }
 
 // Main runs the plugin and returns its exit code.
 func Main(args []string, in io.Reader, out, errOut io.Writer) int {
+	return MainContext(context.Background(), args, in, out, errOut)
+}
+
+// MainContext is Main with a context (tests cancel it).
+func MainContext(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
 	root := NewRootCommand(in, out, errOut)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	if err := root.ExecuteContext(ctx); err != nil {
 		var f *FindingsError
 		if errors.As(err, &f) {
 			return ExitFindings
@@ -72,10 +100,66 @@ func newVersionCommand(out io.Writer) *cobra.Command {
 			case "json":
 				return json.NewEncoder(out).Encode(map[string]string{"version": version.Version})
 			default:
-				return fmt.Errorf("unknown output format %q: use -o json or omit -o", output)
+				return fmt.Errorf("invalid --output %q: use json or omit it", output)
 			}
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json")
 	return cmd
+}
+
+func newCompletionCommand(root *cobra.Command, out io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "completion SHELL",
+		Short: "Print a shell completion script (bash, zsh, fish or powershell)",
+		Long: `Print a completion script for kubectl nvdriver.
+
+kubectl completes plugin commands through an executable named kubectl_complete-nvdriver
+on your PATH; the release archive ships one. With it installed, kubectl nvdriver <TAB>
+completes commands, NVIDIADriver names and node names.`,
+		Example: `  source <(kubectl nvdriver completion bash)
+  kubectl nvdriver completion zsh > "${fpath[1]}/_kubectl-nvdriver"`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"bash", "zsh", "fish", "powershell"},
+		RunE: func(_ *cobra.Command, args []string) error {
+			switch args[0] {
+			case "bash":
+				return root.GenBashCompletionV2(out, true)
+			case "zsh":
+				return root.GenZshCompletion(out)
+			case "fish":
+				return root.GenFishCompletion(out, true)
+			case "powershell":
+				return root.GenPowerShellCompletionWithDesc(out)
+			}
+			return fmt.Errorf("unsupported shell %q: use bash, zsh, fish or powershell", args[0])
+		},
+	}
+}
+
+func fixedCompletion(values ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeDrivers completes NVIDIADriver names from the cluster.
+func completeDrivers(flags *genericclioptions.ConfigFlags) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		c, _, err := clientFor(flags)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		in, err := readDriverNames(cmd.Context(), c)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, n := range in {
+			if strings.HasPrefix(n, prefix) {
+				out = append(out, n)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

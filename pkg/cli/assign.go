@@ -1,0 +1,549 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+)
+
+// AssignOptions holds the flags of `kubectl nvdriver assign`.
+type AssignOptions struct {
+	Flags       *genericclioptions.ConfigFlags
+	Streams     streams
+	Name        string
+	Nodes       []string
+	Selector    string
+	Version     string
+	Type        string
+	Precompiled bool
+	Repository  string
+	Image       string
+	LabelKey    string
+	DryRun      string
+	Output      string
+
+	createOnlySet []string // create-only flags the user gave
+}
+
+// NewCmdAssign builds the assign command.
+func NewCmdAssign(flags *genericclioptions.ConfigFlags, s streams) *cobra.Command {
+	o := &AssignOptions{Flags: flags, Streams: s, LabelKey: "driver.config", DryRun: "none", Type: string(v1alpha1.GPU)}
+	cmd := &cobra.Command{
+		Use:   "assign NAME (--nodes a,b | -l SELECTOR) [--version V]",
+		Short: "Label nodes and create or update the NVIDIADriver that selects them, in one safe step",
+		Long: `Assign labels the nodes <label-key>=NAME (driver.config by default, as in NVIDIA's
+documentation) and creates or updates the NVIDIADriver NAME so that it selects that label.
+
+It plans the change first and refuses, writing nothing, when it would make two
+NVIDIADrivers select the same node (exit 3). It validates the NVIDIADriver with a server
+dry run before touching any node, and puts the node labels back if writing the
+NVIDIADriver fails. A node whose label had another value moves to NAME's driver.`,
+		Example: `  # Run driver 550.90.07 on two nodes
+  kubectl nvdriver assign gold --nodes gpu-node-1,gpu-node-3 --version 550.90.07
+
+  # Precompiled drivers on every node of a pool, checked but not written
+  kubectl nvdriver assign pc-535 -l pool=a100 --version 535 --precompiled --dry-run=server
+
+  # Move one more node to an existing driver
+  kubectl nvdriver assign gold --nodes gpu-node-5`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeDrivers(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			for _, f := range []string{"type", "precompiled", "repository", "image"} {
+				if cmd.Flags().Changed(f) {
+					o.createOnlySet = append(o.createOnlySet, "--"+f)
+				}
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringSliceVar(&o.Nodes, "nodes", nil, "nodes to assign, comma separated (repeatable)")
+	cmd.Flags().StringVarP(&o.Selector, "selector", "l", "", "label selector picking the nodes to assign")
+	cmd.Flags().StringVar(&o.Version, "version", "", "driver version (required to create; a branch such as 535 with --precompiled)")
+	cmd.Flags().StringVar(&o.Type, "type", o.Type, "driver type on create: gpu, vgpu or vgpu-host-manager")
+	cmd.Flags().BoolVar(&o.Precompiled, "precompiled", false, "use precompiled driver images (on create)")
+	cmd.Flags().StringVar(&o.Repository, "repository", "", "image repository on create (default nvcr.io/nvidia)")
+	cmd.Flags().StringVar(&o.Image, "image", "", "image name on create (default driver)")
+	cmd.Flags().StringVar(&o.LabelKey, "label-key", o.LabelKey, "node label that routes nodes to NAME")
+	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `"none", "client" (print what would change) or "server" (also validate every write on the server)`)
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "print the resulting NVIDIADriver: yaml or json")
+	_ = cmd.RegisterFlagCompletionFunc("nodes", completeNodes(flags))
+	_ = cmd.RegisterFlagCompletionFunc("type", fixedCompletion("gpu", "vgpu", "vgpu-host-manager"))
+	_ = cmd.RegisterFlagCompletionFunc("dry-run", fixedCompletion("none", "client", "server"))
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("yaml", "json"))
+	return cmd
+}
+
+// Validate checks everything that needs no cluster.
+func (o *AssignOptions) Validate() error {
+	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("invalid NVIDIADriver name %q: %s", o.Name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(o.Name); len(errs) > 0 {
+		return fmt.Errorf("NAME %q cannot be a node label value (%s): choose a name of at most 63 characters", o.Name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsQualifiedName(o.LabelKey); len(errs) > 0 {
+		return fmt.Errorf("invalid --label-key %q: %s", o.LabelKey, strings.Join(errs, "; "))
+	}
+	if o.LabelKey == plan.LabelOwner || strings.HasPrefix(o.LabelKey, "nvidia.com/gpu") || strings.HasPrefix(o.LabelKey, "feature.node.kubernetes.io/") {
+		return fmt.Errorf("--label-key %q is managed by the controller or NFD: use your own key, such as driver.config", o.LabelKey)
+	}
+	if (len(o.Nodes) == 0) == (o.Selector == "") {
+		return fmt.Errorf("give exactly one of --nodes or -l/--selector")
+	}
+	for _, n := range o.Nodes {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			return fmt.Errorf("invalid node name %q in --nodes", n)
+		}
+	}
+	if o.Selector != "" {
+		if _, err := labels.Parse(o.Selector); err != nil {
+			return fmt.Errorf("invalid --selector: %v", err)
+		}
+	}
+	if err := oneOf("--type", o.Type, "gpu", "vgpu", "vgpu-host-manager"); err != nil {
+		return err
+	}
+	if err := oneOf("--dry-run", o.DryRun, "none", "client", "server"); err != nil {
+		return err
+	}
+	if err := oneOf("--output", o.Output, "", "yaml", "json"); err != nil {
+		return err
+	}
+	if o.Version != "" {
+		if err := validateVersion(o.Version, o.Precompiled); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateVersion mirrors the CRD's rules so the user hears about a bad
+// version before any request.
+func validateVersion(v string, precompiled bool) error {
+	if precompiled {
+		for _, r := range v {
+			if r < '0' || r > '9' {
+				return fmt.Errorf("invalid version %q: with precompiled drivers the version is a branch such as 535 (digits only)", v)
+			}
+		}
+		return nil
+	}
+	if strings.HasPrefix(v, "sha256:") {
+		hex := strings.TrimPrefix(v, "sha256:")
+		if len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+			return fmt.Errorf("invalid version %q: a digest is sha256: and 64 lower-case hex digits", v)
+		}
+		return nil
+	}
+	if len(v) > 128 || !(isAlnumUnderscore(v[0])) || strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != "" {
+		return fmt.Errorf("invalid version %q: use an image tag such as 550.90.07 (letters, digits, '.', '_', '-'; at most 128)", v)
+	}
+	return nil
+}
+
+func isAlnumUnderscore(b byte) bool {
+	return b == '_' || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z')
+}
+
+type nodeChange struct {
+	name     string
+	previous *string // previous value of the label key, nil if absent
+}
+
+// Run plans, validates, then writes: labels first, the CR second, labels
+// restored if the CR write fails.
+func (o *AssignOptions) Run(ctx context.Context) error {
+	c, _, err := clientFor(o.Flags)
+	if err != nil {
+		return err
+	}
+	in, err := readInputs(ctx, c)
+	if err != nil {
+		return err
+	}
+	var existing *v1alpha1.NVIDIADriver
+	for i := range in.drivers {
+		if in.drivers[i].Name == o.Name {
+			existing = &in.drivers[i]
+		}
+	}
+	desired, err := o.desiredDriver(existing)
+	if err != nil {
+		return err
+	}
+	targets, err := o.targetNodes(in.nodes)
+	if err != nil {
+		return err
+	}
+
+	// Plan before and after, and refuse a change that creates a conflict.
+	before := plan.Compute(in.nodes, in.drivers)
+	after := plan.Compute(withLabel(in.nodes, targets, o.LabelKey, o.Name), replaceDriver(in.drivers, *desired))
+	if newC := newConflicts(before, after); len(newC) > 0 {
+		fmt.Fprintf(o.Streams.ErrOut, "error: assigning would make more than one NVIDIADriver select these nodes; nothing was changed:\n")
+		for _, c := range newC {
+			fmt.Fprintf(o.Streams.ErrOut, "  %s: selected by %s\n", c.Node, strings.Join(c.Drivers, ", "))
+		}
+		fmt.Fprintf(o.Streams.ErrOut, "Narrow the other NVIDIADrivers' nodeSelectors, or pick nodes they do not select (kubectl nvdriver preview shows who selects what).\n")
+		return &FindingsError{Msg: "conflict"}
+	}
+	afterDriver := after.DriverByName(o.Name)
+	owned := map[string]bool{}
+	if afterDriver != nil {
+		for _, n := range afterDriver.SelectedNodes {
+			owned[n] = true
+		}
+		for _, s := range afterDriver.Skipped {
+			fmt.Fprintf(o.Streams.ErrOut, "warning: node %s will not run this driver: %s (%s)\n", s.Node, s.Reason, skipHint(s.Reason))
+			owned[s.Node] = true
+		}
+	}
+	for _, t := range targets {
+		if !owned[t.Name] {
+			fmt.Fprintf(o.Streams.ErrOut, "warning: node %s is not a GPU node (no nvidia.com/gpu.present=true nor NFD NVIDIA PCI label); it is labelled but gets no driver\n", t.Name)
+		}
+	}
+
+	// Server-side validation of the CR before any node is touched.
+	obj := o.applyBody(desired, existing == nil)
+	if o.DryRun != "client" {
+		if err := c.Patch(ctx, obj.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, client.DryRunAll); err != nil { //nolint:staticcheck
+			return fmt.Errorf("the API server rejects NVIDIADriver %q (nothing was changed): %v", o.Name, err)
+		}
+	}
+
+	changes := o.labelChanges(targets)
+	verb := map[bool]string{true: "would be ", false: ""}[o.DryRun != "none"]
+	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	if o.DryRun == "client" {
+		o.report(changes, existing, verb, suffix)
+		return o.printDriver(desired)
+	}
+	done, err := o.applyLabels(ctx, c, changes, o.DryRun == "server")
+	if err != nil {
+		o.rollback(ctx, c, done)
+		return fmt.Errorf("labelling nodes failed, labels restored: %w", err)
+	}
+	if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, dryRunOpt(o.DryRun)); err != nil { //nolint:staticcheck
+		o.rollback(ctx, c, done)
+		return fmt.Errorf("writing NVIDIADriver %q failed, node labels restored: %w", o.Name, err)
+	}
+	o.report(changes, existing, verb, suffix)
+	result := &v1alpha1.NVIDIADriver{}
+	if err := runtimeConvert(obj, result); err != nil {
+		return err
+	}
+	return o.printDriver(result)
+}
+
+func dryRunOpt(mode string) client.PatchOption {
+	if mode == "server" {
+		return client.DryRunAll
+	}
+	return &client.PatchOptions{}
+}
+
+func (o *AssignOptions) desiredDriver(existing *v1alpha1.NVIDIADriver) (*v1alpha1.NVIDIADriver, error) {
+	if existing == nil {
+		if o.Version == "" {
+			return nil, fmt.Errorf("NVIDIADriver %q does not exist: --version is required to create it", o.Name)
+		}
+		d := &v1alpha1.NVIDIADriver{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver"},
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+			Spec: v1alpha1.NVIDIADriverSpec{DriverType: v1alpha1.DriverType(o.Type), Version: o.Version,
+				Repository: o.Repository, Image: o.Image, NodeSelector: map[string]string{o.LabelKey: o.Name}},
+		}
+		if o.Precompiled {
+			t := true
+			d.Spec.UsePrecompiled = &t
+		}
+		defaultSpec(&d.Spec)
+		return d, nil
+	}
+	if len(o.createOnlySet) > 0 {
+		return nil, fmt.Errorf("NVIDIADriver %q exists: %s apply only when creating (driverType and usePrecompiled are immutable); edit the CR or create another one", o.Name, strings.Join(o.createOnlySet, ", "))
+	}
+	if existing.Spec.Default {
+		return nil, fmt.Errorf("NVIDIADriver %q is the default (it covers the nodes no other driver selects) and takes no nodeSelector: assign nodes to a non-default NVIDIADriver", o.Name)
+	}
+	if !existing.DeletionTimestamp.IsZero() {
+		return nil, fmt.Errorf("NVIDIADriver %q is being deleted", o.Name)
+	}
+	if o.Version != "" {
+		if err := validateVersion(o.Version, existing.Spec.IsPrecompiled()); err != nil {
+			return nil, err
+		}
+	}
+	d := existing.DeepCopy()
+	d.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver"}
+	if d.Spec.NodeSelector == nil {
+		d.Spec.NodeSelector = map[string]string{}
+	}
+	for k, v := range d.Spec.NodeSelector {
+		if k != o.LabelKey {
+			fmt.Fprintf(o.Streams.ErrOut, "warning: NVIDIADriver %q also selects %s=%s; assigned nodes need that label too\n", o.Name, k, v)
+		}
+	}
+	d.Spec.NodeSelector[o.LabelKey] = o.Name
+	if o.Version != "" {
+		d.Spec.Version = o.Version
+	}
+	return d, nil
+}
+
+func (o *AssignOptions) targetNodes(nodes []plan.Node) ([]plan.Node, error) {
+	var out []plan.Node
+	if o.Selector != "" {
+		sel, _ := labels.Parse(o.Selector)
+		for _, n := range nodes {
+			if sel.Matches(labels.Set(n.Labels)) {
+				out = append(out, n)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("no node matches --selector %q", o.Selector)
+		}
+		return out, nil
+	}
+	byName := map[string]plan.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, name := range o.Nodes {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		n, ok := byName[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		out = append(out, n)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("node(s) not found: %s (nothing was changed)", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+func withLabel(nodes []plan.Node, targets []plan.Node, key, value string) []plan.Node {
+	t := map[string]bool{}
+	for _, n := range targets {
+		t[n.Name] = true
+	}
+	out := make([]plan.Node, len(nodes))
+	for i, n := range nodes {
+		out[i] = n
+		if t[n.Name] {
+			l := make(map[string]string, len(n.Labels)+1)
+			for k, v := range n.Labels {
+				l[k] = v
+			}
+			l[key] = value
+			out[i].Labels = l
+		}
+	}
+	return out
+}
+
+func replaceDriver(drivers []v1alpha1.NVIDIADriver, d v1alpha1.NVIDIADriver) []v1alpha1.NVIDIADriver {
+	out := make([]v1alpha1.NVIDIADriver, 0, len(drivers)+1)
+	found := false
+	for _, x := range drivers {
+		if x.Name == d.Name {
+			out = append(out, d)
+			found = true
+			continue
+		}
+		out = append(out, x)
+	}
+	if !found {
+		out = append(out, d)
+	}
+	return out
+}
+
+// newConflicts are the conflicted nodes of after that were not conflicted before.
+func newConflicts(before, after plan.Plan) []plan.Conflict {
+	old := map[string]bool{}
+	for _, d := range before.Drivers {
+		for _, c := range d.Conflicts {
+			old[c.Node] = true
+		}
+	}
+	seen := map[string]bool{}
+	var out []plan.Conflict
+	for _, d := range after.Drivers {
+		for _, c := range d.Conflicts {
+			if !old[c.Node] && !seen[c.Node] {
+				seen[c.Node] = true
+				out = append(out, c)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+func (o *AssignOptions) labelChanges(targets []plan.Node) []nodeChange {
+	var out []nodeChange
+	for _, n := range targets {
+		ch := nodeChange{name: n.Name}
+		if v, ok := n.Labels[o.LabelKey]; ok {
+			v := v
+			ch.previous = &v
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+func (o *AssignOptions) applyLabels(ctx context.Context, c client.Client, changes []nodeChange, dryRun bool) ([]nodeChange, error) {
+	var done []nodeChange
+	for _, ch := range changes {
+		if ch.previous != nil && *ch.previous == o.Name {
+			continue
+		}
+		if err := patchLabel(ctx, c, ch.name, o.LabelKey, &o.Name, dryRun); err != nil {
+			return done, fmt.Errorf("node %s: %w", ch.name, err)
+		}
+		if !dryRun {
+			done = append(done, ch)
+		}
+	}
+	return done, nil
+}
+
+func (o *AssignOptions) rollback(ctx context.Context, c client.Client, done []nodeChange) {
+	for _, ch := range done {
+		if err := patchLabel(ctx, c, ch.name, o.LabelKey, ch.previous, false); err != nil {
+			fmt.Fprintf(o.Streams.ErrOut, "error: restoring label %s on node %s: %v: fix it with kubectl label node %s %s\n", o.LabelKey, ch.name, err, ch.name, restoreArg(o.LabelKey, ch.previous))
+		}
+	}
+}
+
+func restoreArg(key string, prev *string) string {
+	if prev == nil {
+		return key + "-"
+	}
+	return fmt.Sprintf("%s=%s --overwrite", key, *prev)
+}
+
+func patchLabel(ctx context.Context, c client.Client, node, key string, value *string, dryRun bool) error {
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]*string{key: value}}})
+	n := &corev1.Node{}
+	n.Name = node
+	opts := []client.PatchOption{client.FieldOwner(FieldManager)}
+	if dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	return c.Patch(ctx, n, client.RawPatch(types.MergePatchType, body), opts...)
+}
+
+func (o *AssignOptions) applyBody(d *v1alpha1.NVIDIADriver, create bool) *unstructured.Unstructured {
+	spec := map[string]any{"nodeSelector": map[string]any{o.LabelKey: o.Name}}
+	if d.Spec.Version != "" && (create || o.Version != "") {
+		spec["version"] = d.Spec.Version
+	}
+	if create {
+		spec["driverType"] = string(d.Spec.DriverType)
+		if d.Spec.UsePrecompiled != nil {
+			spec["usePrecompiled"] = *d.Spec.UsePrecompiled
+		}
+		if d.Spec.Repository != "" {
+			spec["repository"] = d.Spec.Repository
+		}
+		if o.Image != "" {
+			spec["image"] = o.Image
+		}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "NVIDIADriver",
+		"metadata": map[string]any{"name": o.Name}, "spec": spec,
+	}}
+}
+
+func (o *AssignOptions) report(changes []nodeChange, existing *v1alpha1.NVIDIADriver, verb, suffix string) {
+	w := o.Streams.Out
+	for _, ch := range changes {
+		switch {
+		case ch.previous == nil:
+			fmt.Fprintf(w, "node/%s %slabelled %s=%s%s\n", ch.name, verb, o.LabelKey, o.Name, suffix)
+		case *ch.previous == o.Name:
+			fmt.Fprintf(w, "node/%s unchanged (already %s=%s)\n", ch.name, o.LabelKey, o.Name)
+		default:
+			fmt.Fprintf(w, "node/%s %smoved from %s=%s to %s=%s%s\n", ch.name, verb, o.LabelKey, *ch.previous, o.LabelKey, o.Name, suffix)
+		}
+	}
+	action := "created"
+	if existing != nil {
+		action = "configured"
+	}
+	fmt.Fprintf(w, "nvidiadriver.nvidia.com/%s %s%s%s\n", o.Name, verb, action, suffix)
+}
+
+func (o *AssignOptions) printDriver(d *v1alpha1.NVIDIADriver) error {
+	switch o.Output {
+	case "yaml":
+		return print.YAML(o.Streams.Out, d)
+	case "json":
+		return print.JSON(o.Streams.Out, d)
+	}
+	return nil
+}
+
+// completeNodes completes node names.
+func completeNodes(flags *genericclioptions.ConfigFlags) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		c, _, err := clientFor(flags)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+		if err := c.List(cmd.Context(), list); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, n := range list.Items {
+			if strings.HasPrefix(n.Name, prefix) {
+				out = append(out, n.Name)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func runtimeConvert(u *unstructured.Unstructured, into any) error {
+	data, err := u.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, into)
+}

@@ -1,0 +1,225 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+// FieldManager is the server-side apply owner of the plugin's writes.
+const FieldManager = "kubectl-nvdriver"
+
+// DefaultNamespace is where NVIDIA's operator and our controller put the
+// driver DaemonSets unless told otherwise.
+const DefaultNamespace = "gpu-operator"
+
+var scheme = runtime.NewScheme()
+
+// ClusterPolicyGVK is NVIDIA's cluster-wide operator configuration.
+var ClusterPolicyGVK = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1", Kind: "ClusterPolicy"}
+
+func init() {
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = apiextv1.AddToScheme(scheme)
+}
+
+// restMapper knows every kind the plugin touches, so no command spends
+// requests on discovery.
+func restMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	add := func(gvk schema.GroupVersionKind, plural string, scope meta.RESTScope) {
+		m.AddSpecific(gvk, gvk.GroupVersion().WithResource(plural), gvk.GroupVersion().WithResource(plural[:len(plural)-1]), scope)
+	}
+	add(corev1.SchemeGroupVersion.WithKind("Node"), "nodes", meta.RESTScopeRoot)
+	add(corev1.SchemeGroupVersion.WithKind("Pod"), "pods", meta.RESTScopeNamespace)
+	add(corev1.SchemeGroupVersion.WithKind("Secret"), "secrets", meta.RESTScopeNamespace)
+	add(corev1.SchemeGroupVersion.WithKind("Namespace"), "namespaces", meta.RESTScopeRoot)
+	add(corev1.SchemeGroupVersion.WithKind("Event"), "events", meta.RESTScopeNamespace)
+	add(appsv1.SchemeGroupVersion.WithKind("DaemonSet"), "daemonsets", meta.RESTScopeNamespace)
+	add(appsv1.SchemeGroupVersion.WithKind("Deployment"), "deployments", meta.RESTScopeNamespace)
+	add(coordinationv1.SchemeGroupVersion.WithKind("Lease"), "leases", meta.RESTScopeNamespace)
+	add(v1alpha1.GroupVersion.WithKind("NVIDIADriver"), "nvidiadrivers", meta.RESTScopeRoot)
+	add(apiextv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"), "customresourcedefinitions", meta.RESTScopeRoot)
+	add(ClusterPolicyGVK, "clusterpolicies", meta.RESTScopeRoot)
+	return m
+}
+
+// clientFor builds a client from the kubectl flags (no discovery).
+func clientFor(flags *genericclioptions.ConfigFlags) (client.Client, *rest.Config, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: restMapper()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, cfg, nil
+}
+
+// inputs is one read of what the planner needs: a metadata-only LIST of
+// nodes, a LIST of NVIDIADrivers and a LIST of driver DaemonSets.
+type inputs struct {
+	nodes      []plan.Node
+	drivers    []v1alpha1.NVIDIADriver
+	daemonSets []appsv1.DaemonSet
+}
+
+func readInputs(ctx context.Context, c client.Client) (*inputs, error) {
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	drivers := &v1alpha1.NVIDIADriverList{}
+	if err := c.List(ctx, drivers); err != nil {
+		if meta.IsNoMatchError(err) || isNotFound(err) {
+			return nil, fmt.Errorf("the NVIDIADriver CRD is not installed: install it with `helm install nvdriver charts/nvdriver` or `kubectl apply -f charts/nvdriver/crds/`")
+		}
+		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
+	}
+	dss := &appsv1.DaemonSetList{}
+	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: render.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{render.ComponentDriver, render.ComponentVGPUManager}}}})
+	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing driver DaemonSets: %w", err)
+	}
+	in := &inputs{drivers: drivers.Items, daemonSets: dss.Items}
+	in.nodes = make([]plan.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		in.nodes[i] = plan.Node{Name: nodes.Items[i].Name, Labels: nodes.Items[i].Labels}
+	}
+	return in, nil
+}
+
+func isNotFound(err error) bool {
+	type apiStatus interface{ Status() metav1.Status }
+	if s, ok := err.(apiStatus); ok {
+		return s.Status().Code == 404
+	}
+	return false
+}
+
+// readDriverFiles decodes NVIDIADriver manifests from files, directories or
+// "-" (stdin). Other kinds are an error: preview says what it cannot show.
+func readDriverFiles(paths []string, stdin io.Reader) ([]v1alpha1.NVIDIADriver, error) {
+	var out []v1alpha1.NVIDIADriver
+	read := func(name string, r io.Reader) error {
+		dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
+		for i := 0; ; i++ {
+			var raw map[string]any
+			if err := dec.Decode(&raw); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return fmt.Errorf("%s: document %d: %w", name, i+1, err)
+			}
+			if len(raw) == 0 {
+				continue
+			}
+			u := &metav1.TypeMeta{}
+			if av, ok := raw["apiVersion"].(string); ok {
+				u.APIVersion = av
+			}
+			if k, ok := raw["kind"].(string); ok {
+				u.Kind = k
+			}
+			if u.Kind == "List" {
+				return fmt.Errorf("%s: document %d: List objects are not supported; write one NVIDIADriver per document", name, i+1)
+			}
+			if u.Kind != "NVIDIADriver" || u.APIVersion != v1alpha1.GroupVersion.String() {
+				return fmt.Errorf("%s: document %d is %s %s, not an NVIDIADriver (nvidia.com/v1alpha1)", name, i+1, u.APIVersion, u.Kind)
+			}
+			d := v1alpha1.NVIDIADriver{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, &d, true); err != nil {
+				return fmt.Errorf("%s: document %d: %w", name, i+1, err)
+			}
+			if d.Name == "" {
+				return fmt.Errorf("%s: document %d: metadata.name is empty", name, i+1)
+			}
+			defaultSpec(&d.Spec)
+			out = append(out, d)
+		}
+	}
+	for _, p := range paths {
+		if p == "-" {
+			if err := read("stdin", stdin); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		files := []string{p}
+		if st.IsDir() {
+			entries, err := os.ReadDir(p)
+			if err != nil {
+				return nil, err
+			}
+			files = nil
+			for _, e := range entries {
+				if n := e.Name(); !e.IsDir() && (hasSuffix(n, ".yaml") || hasSuffix(n, ".yml") || hasSuffix(n, ".json")) {
+					files = append(files, p+string(os.PathSeparator)+n)
+				}
+			}
+		}
+		for _, f := range files {
+			fh, err := os.Open(f)
+			if err != nil {
+				return nil, err
+			}
+			err = read(f, fh)
+			fh.Close()
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
+
+// defaultSpec applies the CRD's defaults to a CR read from a file, as the API
+// server would on create.
+func defaultSpec(s *v1alpha1.NVIDIADriverSpec) {
+	if s.DriverType == "" {
+		s.DriverType = v1alpha1.GPU
+	}
+	if s.Image == "" {
+		s.Image = plan.DefaultImage
+	}
+	if s.KernelModuleType == "" {
+		s.KernelModuleType = "auto"
+	}
+}
+
+// streams is the IO of a command.
+type streams = genericiooptions.IOStreams

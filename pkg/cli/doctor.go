@@ -1,0 +1,237 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/doctor"
+)
+
+// DoctorOptions holds the flags of `kubectl nvdriver doctor`.
+type DoctorOptions struct {
+	Flags   *genericclioptions.ConfigFlags
+	Streams streams
+	NoColor *bool
+	Name    string
+	Output  string
+}
+
+// NewCmdDoctor builds the doctor command.
+func NewCmdDoctor(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
+	o := &DoctorOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table"}
+	cmd := &cobra.Command{
+		Use:   "doctor [NAME]",
+		Short: "Find what keeps GPU drivers from running, and say how to fix it",
+		Long: `Doctor automates the troubleshooting of NVIDIADrivers: CRD and controller (the nvdriver
+controller or NVIDIA's GPU Operator) present and running, errors in the controller's
+logs, driver conditions, conflicting node selectors, GPU nodes missing NFD labels or
+covered by no driver, pre-installed and disabled nodes, DaemonSets selecting nothing,
+driver pods failing (image pulls, crash loops, untolerated taints), nodes stuck or failed
+in an upgrade or left cordoned, and a ClusterPolicy still managing drivers itself.
+Each finding names the objects involved and a command that fixes it. It only reads.
+
+Exit status: 0 no error found, 3 at least one finding of severity error, 1 a failure.`,
+		Example: `  kubectl nvdriver doctor
+  kubectl nvdriver doctor demo-gold
+  kubectl nvdriver doctor -o json | jq '.findings[] | select(.severity=="error")'`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeDrivers(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.Name = args[0]
+			}
+			if err := oneOf("--output", o.Output, "table", "json"); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table or json")
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json"))
+	return cmd
+}
+
+// Run takes the snapshot, runs the checks and prints the findings.
+func (o *DoctorOptions) Run(ctx context.Context) error {
+	c, cfg, err := clientFor(o.Flags)
+	if err != nil {
+		return err
+	}
+	snap, err := o.snapshot(ctx, c)
+	if err != nil {
+		return err
+	}
+	if snap.CRDInstalled && o.Name != "" {
+		found := false
+		for _, d := range snap.Drivers {
+			found = found || d.Name == o.Name
+		}
+		if !found {
+			return fmt.Errorf("NVIDIADriver %q not found", o.Name)
+		}
+	}
+	if cs, err := kubernetes.NewForConfig(cfg); err == nil {
+		readControllerLogs(ctx, cs, snap)
+	}
+	report := doctor.Run(snap)
+	if o.Output == "json" {
+		if err := print.JSON(o.Streams.Out, report); err != nil {
+			return err
+		}
+	} else if err := printFindings(o.Streams.Out, report, print.NewStyles(o.Streams.Out, *o.NoColor)); err != nil {
+		return err
+	}
+	if report.Summary[doctor.Error] > 0 {
+		return &FindingsError{Msg: "errors found"}
+	}
+	return nil
+}
+
+func (o *DoctorOptions) snapshot(ctx context.Context, c client.Client) (*doctor.Snapshot, error) {
+	s := &doctor.Snapshot{Now: time.Now(), Only: o.Name, MissingSecrets: map[string]string{}}
+	crd := &apiextv1.CustomResourceDefinition{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "nvidiadrivers.nvidia.com"}, crd); err != nil {
+		if apierrors.IsNotFound(err) {
+			return s, nil
+		}
+		if !apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("reading the NVIDIADriver CRD: %w", err)
+		}
+	}
+	s.CRDInstalled = true
+	drivers := &v1alpha1.NVIDIADriverList{}
+	if err := c.List(ctx, drivers); err != nil {
+		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
+	}
+	s.Drivers = drivers.Items
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	s.Nodes = nodes.Items
+	sel, _ := metav1.LabelSelectorAsSelector(&doctor.DriverPodSelector)
+	dss := &appsv1.DaemonSetList{}
+	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing driver DaemonSets: %w", err)
+	}
+	s.DaemonSets = dss.Items
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing driver pods: %w", err)
+	}
+	s.DriverPods = pods.Items
+	s.Namespace = DefaultNamespace
+	if o.Flags.Namespace != nil && *o.Flags.Namespace != "" {
+		s.Namespace = *o.Flags.Namespace
+	} else if len(s.DaemonSets) > 0 {
+		s.Namespace = s.DaemonSets[0].Namespace
+	}
+	leases := &coordinationv1.LeaseList{}
+	if err := c.List(ctx, leases, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", doctor.LeaseName)}); err != nil && !apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("listing leases: %w", err)
+	}
+	s.Leases = leases.Items
+	deps := &appsv1.DeploymentList{}
+	if err := c.List(ctx, deps, client.MatchingLabels{"app.kubernetes.io/component": "gpu-operator"}); err != nil && !apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("listing deployments: %w", err)
+	}
+	s.OperatorDeployments = deps.Items
+	cps := &unstructured.UnstructuredList{}
+	cps.SetGroupVersionKind(ClusterPolicyGVK.GroupVersion().WithKind("ClusterPolicyList"))
+	if err := c.List(ctx, cps); err == nil {
+		s.ClusterPolicies = cps.Items
+	} else if !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) && !apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("listing ClusterPolicies: %w", err)
+	}
+	for _, d := range s.Drivers {
+		if d.Spec.SecretEnv == "" {
+			continue
+		}
+		sec := &metav1.PartialObjectMetadata{}
+		sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := c.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: d.Spec.SecretEnv}, sec); apierrors.IsNotFound(err) {
+			s.MissingSecrets[d.Name] = d.Spec.SecretEnv
+		}
+	}
+	return s, nil
+}
+
+// readControllerLogs reads the last lines of the leader's pod, when the
+// controller runs in the cluster (the Lease holder is "<pod>_<uuid>").
+func readControllerLogs(ctx context.Context, cs kubernetes.Interface, s *doctor.Snapshot) {
+	for _, l := range s.Leases {
+		if l.Spec.HolderIdentity == nil {
+			continue
+		}
+		pod := strings.SplitN(*l.Spec.HolderIdentity, "_", 2)[0]
+		tail := int64(300)
+		stream, err := cs.CoreV1().Pods(l.Namespace).GetLogs(pod, &corev1.PodLogOptions{TailLines: &tail}).Stream(ctx)
+		if err != nil {
+			continue // not a pod (run outside the cluster) or no access
+		}
+		s.LogSource = "pod/" + l.Namespace + "/" + pod
+		s.ControllerLogErrors = errorLines(stream)
+		stream.Close()
+		return
+	}
+}
+
+func errorLines(r io.Reader) []string {
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, `"level":"error"`) || strings.HasPrefix(line, "E") && len(line) > 5 && line[1] >= '0' && line[1] <= '9' {
+			if len(line) > 300 {
+				line = line[:300] + "..."
+			}
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func printFindings(w io.Writer, r doctor.Report, st *print.Styles) error {
+	if len(r.Findings) == 0 {
+		_, err := fmt.Fprintln(w, st.OK("No problem found."))
+		return err
+	}
+	for _, f := range r.Findings {
+		sev := strings.ToUpper(f.Severity)
+		switch f.Severity {
+		case doctor.Error:
+			sev = st.Bad(sev)
+		case doctor.Warning:
+			sev = st.Warn(sev)
+		default:
+			sev = st.Dim(sev)
+		}
+		fmt.Fprintf(w, "%-7s [%s] %s\n", sev, f.Check, f.Message)
+		if f.Fix != "" {
+			fmt.Fprintf(w, "        fix: %s\n", f.Fix)
+		}
+	}
+	_, err := fmt.Fprintf(w, "\n%d error(s), %d warning(s), %d info\n", r.Summary[doctor.Error], r.Summary[doctor.Warning], r.Summary[doctor.Info])
+	return err
+}

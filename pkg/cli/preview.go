@@ -1,0 +1,326 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+)
+
+// pendingHash stands for the DaemonSet name hash of a CR not created yet:
+// NVIDIA's scheme hashes the CR's UID, which the API server assigns.
+const pendingHash = "<uid-hash>"
+
+// PreviewOptions holds the flags of `kubectl nvdriver preview`.
+type PreviewOptions struct {
+	Flags     *genericclioptions.ConfigFlags
+	Streams   streams
+	NoColor   *bool
+	Names     []string
+	Filenames []string
+	Output    string
+	Rules     string
+}
+
+// NewCmdPreview builds the preview command.
+func NewCmdPreview(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
+	o := &PreviewOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table", Rules: "auto"}
+	cmd := &cobra.Command{
+		Use:   "preview [NAME...] [-f FILE|DIR|-]",
+		Short: "Show which nodes each NVIDIADriver selects, its DaemonSets, images and conflicts",
+		Long: `Preview computes the plan the controller follows (the same code) for the NVIDIADrivers
+in the cluster, with the ones in -f files added or replacing those of the same name,
+so you see what a manifest will do before you apply it. It only reads.
+
+Exit status: 0 no conflict, 3 a conflict, 1 an error.`,
+		Example: `  # What the cluster's NVIDIADrivers select now
+  kubectl nvdriver preview
+
+  # What applying a manifest would change, node names included
+  kubectl nvdriver preview -f nvd-driver-multiple.yaml -o wide
+
+  # One driver, as JSON for scripts
+  kubectl nvdriver preview demo-gold -o json`,
+		ValidArgsFunction: completeDrivers(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Names = args
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "NVIDIADriver manifests to add to the plan (file, directory or - for stdin; repeatable)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table, wide, json or yaml")
+	cmd.Flags().StringVar(&o.Rules, "rules", o.Rules, "conflict rule: auto (detect NVIDIA's GPU Operator), nvdriver (conflicts block only the CRs involved) or gpu-operator (any conflict blocks all)")
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "wide", "json", "yaml"))
+	_ = cmd.RegisterFlagCompletionFunc("rules", fixedCompletion("auto", "nvdriver", "gpu-operator"))
+	return cmd
+}
+
+// Validate rejects bad flags before anything is read.
+func (o *PreviewOptions) Validate() error {
+	if err := oneOf("--output", o.Output, "table", "wide", "json", "yaml"); err != nil {
+		return err
+	}
+	return oneOf("--rules", o.Rules, "auto", plan.RulesNVDriver, plan.RulesGPUOperator)
+}
+
+// Run prints the plan.
+func (o *PreviewOptions) Run(ctx context.Context) error {
+	fromFiles, err := readDriverFiles(o.Filenames, o.Streams.In)
+	if err != nil {
+		return err
+	}
+	c, _, err := clientFor(o.Flags)
+	if err != nil {
+		return err
+	}
+	in, err := readInputs(ctx, c)
+	if err != nil {
+		return err
+	}
+	drivers, added := mergeDrivers(in.drivers, fromFiles)
+	rules := o.Rules
+	if rules == "auto" {
+		rules = plan.RulesNVDriver
+		if gpuOperatorManages(in.drivers) {
+			rules = plan.RulesGPUOperator
+			fmt.Fprintln(o.Streams.ErrOut, "note: NVIDIA's GPU Operator manages these NVIDIADrivers; applying its rule: a conflict anywhere blocks every NVIDIADriver (use --rules nvdriver to see ours)")
+		}
+	}
+	p := plan.ComputeWith(in.nodes, drivers, plan.Options{Rules: rules})
+	for name := range added {
+		if d := p.DriverByName(name); d != nil {
+			for i := range d.Pools {
+				d.Pools[i].DaemonSet = pendingName(d.Pools[i].DaemonSet)
+			}
+		}
+	}
+	if len(o.Names) > 0 {
+		if err := filterPlan(&p, o.Names); err != nil {
+			return err
+		}
+	}
+	if err := o.print(p, in.daemonSets); err != nil {
+		return err
+	}
+	if p.HasConflicts() {
+		return &FindingsError{Msg: "conflicts"}
+	}
+	return nil
+}
+
+// mergeDrivers adds file CRs to the cluster's, replacing same-named ones
+// (keeping the cluster UID, so DaemonSet names stay exact). It returns the
+// names of CRs that do not exist yet.
+func mergeDrivers(cluster, files []v1alpha1.NVIDIADriver) ([]v1alpha1.NVIDIADriver, map[string]bool) {
+	byName := map[string]int{}
+	out := append([]v1alpha1.NVIDIADriver(nil), cluster...)
+	for i := range out {
+		byName[out[i].Name] = i
+	}
+	added := map[string]bool{}
+	for _, f := range files {
+		if i, ok := byName[f.Name]; ok {
+			f.UID = out[i].UID
+			f.CreationTimestamp = out[i].CreationTimestamp
+			f.DeletionTimestamp = nil
+			out[i] = f
+			continue
+		}
+		f.UID = types.UID("")
+		byName[f.Name] = len(out)
+		out = append(out, f)
+		added[f.Name] = true
+	}
+	return out, added
+}
+
+func pendingName(name string) string {
+	if i := strings.LastIndex(name, "-"); i > 0 {
+		return name[:i+1] + pendingHash
+	}
+	return name
+}
+
+// gpuOperatorManages tells whether NVIDIA's operator runs these CRs: it sets a
+// status but never our finalizer or observedGeneration.
+func gpuOperatorManages(drivers []v1alpha1.NVIDIADriver) bool {
+	for _, d := range drivers {
+		if d.Status.State == "" {
+			continue
+		}
+		ours := d.Status.ObservedGeneration != 0
+		for _, f := range d.Finalizers {
+			if f == v1alpha1.Finalizer {
+				ours = true
+			}
+		}
+		if !ours {
+			return true
+		}
+	}
+	return false
+}
+
+func filterPlan(p *plan.Plan, names []string) error {
+	keep := map[string]bool{}
+	for _, n := range names {
+		if p.DriverByName(n) == nil {
+			return fmt.Errorf("NVIDIADriver %q not found (in the cluster or the -f files)", n)
+		}
+		keep[n] = true
+	}
+	var out []plan.Driver
+	for _, d := range p.Drivers {
+		if keep[d.Name] {
+			out = append(out, d)
+		}
+	}
+	p.Drivers = out
+	return nil
+}
+
+func (o *PreviewOptions) print(p plan.Plan, dss []appsv1.DaemonSet) error {
+	w := o.Streams.Out
+	switch o.Output {
+	case "json":
+		return print.JSON(w, p)
+	case "yaml":
+		return print.YAML(w, p)
+	}
+	return PrintPlanTable(w, p, dss, o.Output == "wide", print.NewStyles(w, *o.NoColor))
+}
+
+// PrintPlanTable renders a plan for people: one row per pool, then skipped
+// nodes, conflicts and uncovered GPU nodes.
+func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss []appsv1.DaemonSet, wide bool, st *print.Styles) error {
+	existing := map[string]string{} // DaemonSet name -> current image
+	for _, ds := range dss {
+		if cs := ds.Spec.Template.Spec.Containers; len(cs) > 0 {
+			existing[ds.Name] = cs[0].Image
+		}
+	}
+	headers := []string{"driver", "type", "nodes", "pool", "daemonset", "image", "change"}
+	if wide {
+		headers = append(headers, "node names")
+	}
+	var rows [][]string
+	for _, d := range p.Drivers {
+		name := d.Name
+		if d.Default {
+			name += " (default)"
+		}
+		if len(d.Pools) == 0 {
+			state := "-"
+			if d.Error != nil {
+				state = st.Bad(d.Error.Reason)
+			}
+			row := []string{name, string(d.DriverType), fmt.Sprint(len(d.SelectedNodes)), "<none>", "-", "-", state}
+			if wide {
+				row = append(row, "-")
+			}
+			rows = append(rows, row)
+			continue
+		}
+		for i, pool := range d.Pools {
+			poolName := pool.OSTag
+			if pool.Kernel != "" {
+				poolName += "/" + pool.Kernel
+			}
+			change := "unchanged"
+			switch cur, ok := existing[pool.DaemonSet]; {
+			case !ok:
+				change = st.OK("create")
+			case cur != pool.Image:
+				change = st.Warn("update (rolls nodes)")
+			}
+			if d.Error != nil {
+				change = st.Bad("blocked: " + d.Error.Reason)
+			}
+			first := []string{name, string(d.DriverType), fmt.Sprint(len(d.SelectedNodes))}
+			if i > 0 {
+				first = []string{"", "", ""}
+			}
+			row := append(first, poolName, pool.DaemonSet, pool.Image, change)
+			if wide {
+				row = append(row, strings.Join(pool.Nodes, ","))
+			}
+			rows = append(rows, row)
+		}
+	}
+	if err := print.Table(w, headers, rows); err != nil {
+		return err
+	}
+
+	var skipped, conflicts, warnings [][]string
+	seenConflict := map[string]bool{}
+	for _, d := range p.Drivers {
+		for _, s := range d.Skipped {
+			skipped = append(skipped, []string{s.Node, d.Name, s.Reason, skipHint(s.Reason)})
+		}
+		for _, c := range d.Conflicts {
+			if !seenConflict[c.Node] {
+				seenConflict[c.Node] = true
+				conflicts = append(conflicts, []string{c.Node, strings.Join(c.Drivers, ", ")})
+			}
+		}
+		for _, wmsg := range d.Warnings {
+			warnings = append(warnings, []string{d.Name, wmsg})
+		}
+	}
+	section := func(title string, headers []string, rows [][]string) error {
+		if len(rows) == 0 {
+			return nil
+		}
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i][0] < rows[j][0] })
+		fmt.Fprintf(w, "\n%s\n", title)
+		return print.Table(w, headers, rows)
+	}
+	if err := section(st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), []string{"node", "selected by"}, conflicts); err != nil {
+		return err
+	}
+	if err := section(fmt.Sprintf("Skipped nodes (%d)", len(skipped)), []string{"node", "driver", "reason", "why"}, skipped); err != nil {
+		return err
+	}
+	if err := section(st.Warn("Warnings"), []string{"driver", "warning"}, warnings); err != nil {
+		return err
+	}
+	if len(p.Uncovered) > 0 {
+		fmt.Fprintf(w, "\n%s %s\n", st.Warn(fmt.Sprintf("GPU nodes no NVIDIADriver covers (%d):", len(p.Uncovered))), strings.Join(p.Uncovered, ", "))
+	}
+	return nil
+}
+
+func skipHint(reason string) string {
+	switch reason {
+	case plan.ReasonPreInstalled:
+		return "driver installed on the host (nvidia.com/gpu.deploy.driver=pre-installed)"
+	case plan.ReasonDisabled:
+		return "nvidia.com/gpu.deploy.driver=false"
+	case plan.ReasonMissingOS:
+		return "no NFD system-os_release labels: is node-feature-discovery running there?"
+	case plan.ReasonMissingKernel:
+		return "no NFD kernel-version.full label (needed for precompiled drivers)"
+	}
+	return ""
+}
+
+func oneOf(flag, value string, allowed ...string) error {
+	for _, a := range allowed {
+		if value == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("invalid %s %q: use one of %s", flag, value, strings.Join(allowed, ", "))
+}

@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+// StatusReport is the stable JSON/YAML shape of `status` (documented in README).
+type StatusReport struct {
+	Drivers []DriverStatus `json:"drivers"`
+}
+
+// DriverStatus is one NVIDIADriver.
+type DriverStatus struct {
+	Name       string             `json:"name"`
+	State      string             `json:"state"`
+	DriverType string             `json:"driverType"`
+	Version    string             `json:"version"`
+	Conditions []metav1.Condition `json:"conditions"`
+	Pools      []PoolStatus       `json:"pools"`
+}
+
+// PoolStatus is one driver DaemonSet with its live counts.
+type PoolStatus struct {
+	OSTag     string           `json:"osTag"`
+	Kernel    string           `json:"kernel"`
+	DaemonSet string           `json:"daemonSet"`
+	Image     string           `json:"image"`
+	Desired   int32            `json:"desired"`
+	Ready     int32            `json:"ready"`
+	Updated   int32            `json:"updated"`
+	Available int32            `json:"available"`
+	Upgrade   map[string]int32 `json:"upgrade"`
+}
+
+// StatusOptions holds the flags of `kubectl nvdriver status`.
+type StatusOptions struct {
+	Flags   *genericclioptions.ConfigFlags
+	Streams streams
+	NoColor *bool
+	Name    string
+	Output  string
+	Watch   bool
+}
+
+// NewCmdStatus builds the status command.
+func NewCmdStatus(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
+	o := &StatusOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table"}
+	cmd := &cobra.Command{
+		Use:   "status [NAME]",
+		Short: "Show each NVIDIADriver's state, pools, DaemonSet counts and upgrade progress",
+		Long: `Status reads the NVIDIADrivers, their driver DaemonSets and the nodes' upgrade states and
+shows per driver: state, type, version, one row per pool with the DaemonSet's desired,
+ready, updated and available pods, the nodes per upgrade state, and the message of a
+failing condition. It works with the nvdriver controller and with NVIDIA's GPU Operator.`,
+		Example: `  kubectl nvdriver status
+  kubectl nvdriver status demo-gold -o wide
+  kubectl nvdriver status -w`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeDrivers(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.Name = args[0]
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table, wide, json or yaml")
+	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "redraw whenever a driver, DaemonSet or node changes")
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "wide", "json", "yaml"))
+	return cmd
+}
+
+// Validate rejects bad flags.
+func (o *StatusOptions) Validate() error {
+	return oneOf("--output", o.Output, "table", "wide", "json", "yaml")
+}
+
+// Run prints the status once, or on every change with -w.
+func (o *StatusOptions) Run(ctx context.Context) error {
+	c, cfg, err := clientFor(o.Flags)
+	if err != nil {
+		return err
+	}
+	report, err := readStatus(ctx, c, o.Name)
+	if err != nil {
+		return err
+	}
+	if !o.Watch {
+		return o.print(report)
+	}
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: restMapper()})
+	if err != nil {
+		return err
+	}
+	tty := print.IsTerminal(o.Streams.Out)
+	draw := func(r *StatusReport) error {
+		if tty {
+			fmt.Fprint(o.Streams.Out, "\033[H\033[2J")
+		} else {
+			fmt.Fprintf(o.Streams.Out, "--- %s\n", time.Now().Format(time.RFC3339))
+		}
+		return o.print(r)
+	}
+	if err := draw(report); err != nil {
+		return err
+	}
+	changes := make(chan struct{}, 1)
+	for _, list := range []client.ObjectList{&v1alpha1.NVIDIADriverList{}, &appsv1.DaemonSetList{}} {
+		w, err := wc.Watch(ctx, list)
+		if err != nil {
+			return fmt.Errorf("watching: %w", err)
+		}
+		defer w.Stop()
+		go forward(w, changes)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+			// Coalesce bursts (a rollout changes many objects at once).
+			time.Sleep(200 * time.Millisecond)
+			report, err := readStatus(ctx, c, o.Name)
+			if err != nil {
+				return err
+			}
+			if err := draw(report); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func forward(w watch.Interface, changes chan<- struct{}) {
+	for range w.ResultChan() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (o *StatusOptions) print(r *StatusReport) error {
+	switch o.Output {
+	case "json":
+		return print.JSON(o.Streams.Out, r)
+	case "yaml":
+		return print.YAML(o.Streams.Out, r)
+	}
+	return PrintStatusTable(o.Streams.Out, r, o.Output == "wide", print.NewStyles(o.Streams.Out, *o.NoColor))
+}
+
+// readStatus builds the report from one LIST each of drivers, driver
+// DaemonSets and node metadata.
+func readStatus(ctx context.Context, c client.Client, name string) (*StatusReport, error) {
+	in, err := readInputs(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return buildStatus(in, name)
+}
+
+func buildStatus(in *inputs, name string) (*StatusReport, error) {
+	r := &StatusReport{Drivers: []DriverStatus{}}
+	dsByOwner := map[string][]appsv1.DaemonSet{}
+	for _, ds := range in.daemonSets {
+		if ref := metav1.GetControllerOf(&ds); ref != nil && ref.Kind == "NVIDIADriver" {
+			dsByOwner[string(ref.UID)] = append(dsByOwner[string(ref.UID)], ds)
+		}
+	}
+	found := false
+	for _, d := range in.drivers {
+		if name != "" && d.Name != name {
+			continue
+		}
+		found = true
+		state := string(d.Status.State)
+		if state == "" {
+			state = "unknown"
+		}
+		ds := DriverStatus{Name: d.Name, State: state, DriverType: string(d.Spec.Type()), Version: d.Spec.Version,
+			Conditions: d.Status.Conditions, Pools: []PoolStatus{}}
+		if ds.Conditions == nil {
+			ds.Conditions = []metav1.Condition{}
+		}
+		owned := dsByOwner[string(d.UID)]
+		sort.Slice(owned, func(i, j int) bool { return owned[i].Name < owned[j].Name })
+		for _, set := range owned {
+			p := PoolStatus{OSTag: set.Labels[render.LabelOSVersion], DaemonSet: set.Name,
+				Kernel:  set.Spec.Template.Spec.NodeSelector[plan.LabelKernel],
+				Desired: set.Status.DesiredNumberScheduled, Ready: set.Status.NumberReady,
+				Updated: set.Status.UpdatedNumberScheduled, Available: set.Status.NumberAvailable, Upgrade: map[string]int32{}}
+			if cs := set.Spec.Template.Spec.Containers; len(cs) > 0 {
+				p.Image = cs[0].Image
+			}
+			sel := labels.SelectorFromSet(set.Spec.Template.Spec.NodeSelector)
+			for _, n := range in.nodes {
+				if st := n.Labels[plan.LabelUpgradeState]; st != "" && sel.Matches(labels.Set(n.Labels)) {
+					p.Upgrade[st]++
+				}
+			}
+			ds.Pools = append(ds.Pools, p)
+		}
+		r.Drivers = append(r.Drivers, ds)
+	}
+	if name != "" && !found {
+		return nil, fmt.Errorf("NVIDIADriver %q not found", name)
+	}
+	return r, nil
+}
+
+// PrintStatusTable renders the report for people.
+func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *print.Styles) error {
+	if len(r.Drivers) == 0 {
+		_, err := fmt.Fprintln(w, "No NVIDIADriver found. Create one with `kubectl nvdriver assign NAME --nodes ... --version ...`.")
+		return err
+	}
+	headers := []string{"name", "state", "type", "version", "pool", "daemonset", "desired", "ready", "updated", "available", "upgrade"}
+	if wide {
+		headers = append(headers, "image")
+	}
+	var rows [][]string
+	var messages []string
+	for _, d := range r.Drivers {
+		state := d.State
+		switch state {
+		case "ready":
+			state = st.OK(state)
+		case "notReady":
+			state = st.Bad(state)
+		}
+		first := []string{d.Name, state, d.DriverType, d.Version}
+		if len(d.Pools) == 0 {
+			row := append(first, "<none>", "-", "0", "0", "0", "0", "-")
+			if wide {
+				row = append(row, "-")
+			}
+			rows = append(rows, row)
+		}
+		for i, p := range d.Pools {
+			lead := first
+			if i > 0 {
+				lead = []string{"", "", "", ""}
+			}
+			pool := p.OSTag
+			if p.Kernel != "" {
+				pool += "/" + p.Kernel
+			}
+			row := append(append([]string{}, lead...), pool, p.DaemonSet, fmt.Sprint(p.Desired), fmt.Sprint(p.Ready), fmt.Sprint(p.Updated), fmt.Sprint(p.Available), upgradeSummary(p.Upgrade))
+			if wide {
+				row = append(row, p.Image)
+			}
+			rows = append(rows, row)
+		}
+		if c := failing(d.Conditions); c != nil {
+			messages = append(messages, fmt.Sprintf("%s: %s (%s): %s", d.Name, c.Type, c.Reason, c.Message))
+		}
+	}
+	if err := print.Table(w, headers, rows); err != nil {
+		return err
+	}
+	if len(messages) > 0 {
+		fmt.Fprintln(w)
+		for _, m := range messages {
+			fmt.Fprintln(w, st.Warn(m))
+		}
+	}
+	return nil
+}
+
+// failing returns the condition that explains a driver that is not fine.
+func failing(conds []metav1.Condition) *metav1.Condition {
+	if c := meta.FindStatusCondition(conds, "Error"); c != nil && c.Status == metav1.ConditionTrue {
+		return c
+	}
+	if c := meta.FindStatusCondition(conds, "Ready"); c != nil && c.Status == metav1.ConditionFalse {
+		return c
+	}
+	return nil
+}
+
+func upgradeSummary(m map[string]int32) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// readDriverNames lists NVIDIADriver names (for completion).
+func readDriverNames(ctx context.Context, c client.Client) ([]string, error) {
+	list := &v1alpha1.NVIDIADriverList{}
+	if err := c.List(ctx, list); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(list.Items))
+	for i := range list.Items {
+		out[i] = list.Items[i].Name
+	}
+	return out, nil
+}

@@ -1,0 +1,587 @@
+// Package doctor holds the troubleshooting checks of `kubectl nvdriver doctor`.
+// Each check is a pure function of one snapshot of the cluster and returns
+// findings with a severity, the objects involved and a fix. They automate the
+// troubleshooting steps of NVIDIA's NVIDIADriver documentation and the failure
+// modes its users report.
+package doctor
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+// Severities.
+const (
+	Error   = "error"
+	Warning = "warning"
+	Info    = "info"
+)
+
+// LeaseName is the nvdriver controller's leader-election Lease.
+const LeaseName = "nvdriver-controller"
+
+// Finding is one result (stable JSON shape, documented in README).
+type Finding struct {
+	Check    string   `json:"check"`
+	Severity string   `json:"severity"`
+	Message  string   `json:"message"`
+	Objects  []string `json:"objects"`
+	Fix      string   `json:"fix"`
+}
+
+// Report is the doctor's output.
+type Report struct {
+	Findings []Finding      `json:"findings"`
+	Summary  map[string]int `json:"summary"`
+}
+
+// Snapshot is everything the checks read, taken once.
+type Snapshot struct {
+	Now          time.Time
+	CRDInstalled bool
+	Namespace    string // driver namespace
+	Drivers      []v1alpha1.NVIDIADriver
+	Nodes        []corev1.Node
+	DaemonSets   []appsv1.DaemonSet
+	DriverPods   []corev1.Pod
+	Leases       []coordinationv1.Lease
+	// OperatorDeployments are NVIDIA GPU Operator Deployments.
+	OperatorDeployments []appsv1.Deployment
+	ClusterPolicies     []unstructured.Unstructured
+	// MissingSecrets are secretEnv Secrets that do not exist, by driver.
+	MissingSecrets map[string]string
+	// ControllerLogErrors are recent error lines of the controller's pod, and
+	// LogSource says where they came from ("" when no pod was found).
+	ControllerLogErrors []string
+	LogSource           string
+	// Only limits driver-specific checks to one NVIDIADriver.
+	Only string
+}
+
+// Check is one troubleshooting check.
+type Check struct {
+	Name string
+	Run  func(*Snapshot, *plan.Plan) []Finding
+}
+
+// Checks is every check, in the order findings are printed.
+var Checks = []Check{
+	{"crd-installed", checkCRD},
+	{"controller-running", checkController},
+	{"controller-logs", checkLogs},
+	{"clusterpolicy-driver", checkClusterPolicy},
+	{"driver-conditions", checkConditions},
+	{"conflicting-selectors", checkConflicts},
+	{"secret-env", checkSecrets},
+	{"version-tag", checkVersionWarnings},
+	{"nfd-labels", checkNFD},
+	{"uncovered-gpu-nodes", checkUncovered},
+	{"skipped-nodes", checkSkipped},
+	{"daemonset-no-nodes", checkEmptyDaemonSets},
+	{"orphan-daemonsets", checkOrphans},
+	{"driver-pods", checkPods},
+	{"untolerated-taints", checkTaints},
+	{"upgrades", checkUpgrades},
+	{"cordoned-nodes", checkCordoned},
+}
+
+// Run runs every check.
+func Run(s *Snapshot) Report {
+	r := Report{Findings: []Finding{}, Summary: map[string]int{Error: 0, Warning: 0, Info: 0}}
+	if !s.CRDInstalled {
+		r.Findings = checkCRD(s, nil)
+		r.Summary[Error] = 1
+		return r
+	}
+	nodes := make([]plan.Node, len(s.Nodes))
+	for i := range s.Nodes {
+		nodes[i] = plan.Node{Name: s.Nodes[i].Name, Labels: s.Nodes[i].Labels}
+	}
+	p := plan.Compute(nodes, s.Drivers)
+	for _, c := range Checks[1:] {
+		for _, f := range c.Run(s, &p) {
+			f.Check = c.Name
+			if f.Objects == nil {
+				f.Objects = []string{}
+			}
+			r.Findings = append(r.Findings, f)
+			r.Summary[f.Severity]++
+		}
+	}
+	return r
+}
+
+func (s *Snapshot) wants(driver string) bool { return s.Only == "" || s.Only == driver }
+
+func checkCRD(s *Snapshot, _ *plan.Plan) []Finding {
+	if s.CRDInstalled {
+		return nil
+	}
+	return []Finding{{Check: "crd-installed", Severity: Error, Message: "the NVIDIADriver CRD (nvidiadrivers.nvidia.com) is not installed",
+		Objects: []string{"customresourcedefinition/nvidiadrivers.nvidia.com"},
+		Fix:     "helm install nvdriver charts/nvdriver -n gpu-operator --create-namespace (or kubectl apply -f charts/nvdriver/crds/)"}}
+}
+
+func checkController(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	fresh := false
+	for _, l := range s.Leases {
+		if l.Name != LeaseName || l.Spec.RenewTime == nil {
+			continue
+		}
+		dur := 15 * time.Second
+		if l.Spec.LeaseDurationSeconds != nil {
+			dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		age := s.Now.Sub(l.Spec.RenewTime.Time)
+		if age <= 2*dur {
+			fresh = true
+			out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("the nvdriver controller is running (leader %s, lease renewed %s ago)", holder, age.Round(time.Second)),
+				Objects: []string{"lease/" + l.Namespace + "/" + l.Name}})
+		} else {
+			out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("the nvdriver controller's lease was last renewed %s ago by %s: the controller is not running", age.Round(time.Second), holder),
+				Objects: []string{"lease/" + l.Namespace + "/" + l.Name},
+				Fix:     fmt.Sprintf("kubectl -n %s get pods -l app.kubernetes.io/name=nvdriver; kubectl -n %s logs deploy/nvdriver-controller", l.Namespace, l.Namespace)})
+		}
+	}
+	for _, d := range s.OperatorDeployments {
+		obj := "deployment/" + d.Namespace + "/" + d.Name
+		if d.Status.ReadyReplicas > 0 {
+			fresh = true
+			out = append(out, Finding{Severity: Info, Message: "NVIDIA's GPU Operator is running", Objects: []string{obj}})
+		} else {
+			out = append(out, Finding{Severity: Error, Message: "NVIDIA's GPU Operator Deployment has no ready replica", Objects: []string{obj},
+				Fix: fmt.Sprintf("kubectl -n %s describe deployment %s; kubectl -n %s logs deployment/%s", d.Namespace, d.Name, d.Namespace, d.Name)})
+		}
+	}
+	if !fresh && len(out) == 0 {
+		out = append(out, Finding{Severity: Error, Message: "no controller reconciles NVIDIADrivers: neither the nvdriver controller (Lease " + LeaseName + ") nor NVIDIA's GPU Operator was found",
+			Fix: "helm install nvdriver charts/nvdriver -n gpu-operator --create-namespace"})
+	}
+	return out
+}
+
+func checkLogs(s *Snapshot, _ *plan.Plan) []Finding {
+	if len(s.ControllerLogErrors) == 0 {
+		return nil
+	}
+	lines := s.ControllerLogErrors
+	if len(lines) > 3 {
+		lines = lines[len(lines)-3:]
+	}
+	return []Finding{{Severity: Warning, Message: fmt.Sprintf("%d error line(s) in the controller's recent logs; the last: %s", len(s.ControllerLogErrors), strings.Join(lines, " | ")),
+		Objects: []string{s.LogSource}, Fix: "kubectl logs " + strings.Replace(s.LogSource, "pod/", "-n ", 1)}}
+}
+
+func checkClusterPolicy(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	for _, cp := range s.ClusterPolicies {
+		enabled, found, _ := unstructured.NestedBool(cp.Object, "spec", "driver", "enabled")
+		useCRD, _, _ := unstructured.NestedBool(cp.Object, "spec", "driver", "useNvidiaDriverCRD")
+		if (!found || enabled) && !useCRD {
+			out = append(out, Finding{Severity: Error,
+				Message: "ClusterPolicy " + cp.GetName() + " still manages the GPU driver itself (spec.driver.useNvidiaDriverCRD is not true): NVIDIADrivers are ignored (state disabled) or fight its driver DaemonSet",
+				Objects: []string{"clusterpolicy/" + cp.GetName()},
+				Fix:     "kubectl patch clusterpolicy " + cp.GetName() + ` --type merge -p '{"spec":{"driver":{"useNvidiaDriverCRD":true}}}'`})
+		}
+	}
+	return out
+}
+
+func checkConditions(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	for _, d := range s.Drivers {
+		if !s.wants(d.Name) {
+			continue
+		}
+		obj := []string{"nvidiadriver/" + d.Name}
+		if e := meta.FindStatusCondition(d.Status.Conditions, "Error"); e != nil && e.Status == metav1.ConditionTrue {
+			// Conflicts get their own check with the node list.
+			if e.Reason == plan.ReasonConflictingNodeSelector || e.Reason == plan.ReasonConflictingDefault {
+				continue
+			}
+			out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%s: %s: %s", d.Name, e.Reason, e.Message), Objects: obj,
+				Fix: "kubectl describe nvidiadriver " + d.Name})
+			continue
+		}
+		if d.Status.State == "" {
+			out = append(out, Finding{Severity: Warning, Message: d.Name + " has no status: no controller has reconciled it yet", Objects: obj,
+				Fix: "check that a controller runs (see controller-running)"})
+			continue
+		}
+		if r := meta.FindStatusCondition(d.Status.Conditions, "Ready"); r != nil && r.Status == metav1.ConditionFalse {
+			out = append(out, Finding{Severity: Warning, Message: fmt.Sprintf("%s is %s: %s (normal for a short while after a change)", d.Name, d.Status.State, r.Message), Objects: obj,
+				Fix: "kubectl nvdriver status " + d.Name + " -w"})
+		}
+	}
+	return out
+}
+
+func checkConflicts(s *Snapshot, p *plan.Plan) []Finding {
+	var out []Finding
+	groups := map[string][]string{} // drivers -> nodes
+	for _, d := range p.Drivers {
+		if d.Error != nil && d.Error.Reason == plan.ReasonConflictingDefault && s.wants(d.Name) {
+			out = append(out, Finding{Severity: Error, Message: d.Name + ": " + d.Error.Message, Objects: []string{"nvidiadriver/" + d.Name},
+				Fix: "kubectl patch nvidiadriver " + d.Name + ` --type merge -p '{"spec":{"default":false}}'`})
+		}
+		for _, c := range d.Conflicts {
+			key := strings.Join(c.Drivers, ",")
+			involved := false
+			for _, n := range c.Drivers {
+				involved = involved || s.wants(n)
+			}
+			if involved && !contains(groups[key], c.Node) {
+				groups[key] = append(groups[key], c.Node)
+			}
+		}
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		nodes := groups[k]
+		drivers := strings.Split(k, ",")
+		objs := []string{}
+		for _, d := range drivers {
+			objs = append(objs, "nvidiadriver/"+d)
+		}
+		for _, n := range nodes {
+			objs = append(objs, "node/"+n)
+		}
+		out = append(out, Finding{Severity: Error,
+			Message: fmt.Sprintf("%d node(s) selected by more than one NVIDIADriver (%s): %s", len(nodes), strings.Join(drivers, ", "), strings.Join(limit(nodes, 10), ", ")),
+			Objects: objs,
+			Fix:     fmt.Sprintf("make the nodeSelectors disjoint, e.g. kubectl nvdriver assign %s --nodes %s, then kubectl nvdriver preview", drivers[0], strings.Join(limit(nodes, 3), ","))})
+	}
+	return out
+}
+
+func checkSecrets(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	names := make([]string, 0, len(s.MissingSecrets))
+	for d := range s.MissingSecrets {
+		names = append(names, d)
+	}
+	sort.Strings(names)
+	for _, d := range names {
+		if !s.wants(d) {
+			continue
+		}
+		sec := s.MissingSecrets[d]
+		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%s: spec.secretEnv names Secret %s/%s, which does not exist: driver pods cannot start", d, s.Namespace, sec),
+			Objects: []string{"nvidiadriver/" + d, "secret/" + s.Namespace + "/" + sec},
+			Fix:     fmt.Sprintf("kubectl -n %s create secret generic %s --from-literal=KEY=VALUE (or remove spec.secretEnv)", s.Namespace, sec)})
+	}
+	return out
+}
+
+func checkVersionWarnings(s *Snapshot, p *plan.Plan) []Finding {
+	var out []Finding
+	for _, d := range p.Drivers {
+		if !s.wants(d.Name) {
+			continue
+		}
+		for _, w := range d.Warnings {
+			if strings.Contains(w, "branch") {
+				out = append(out, Finding{Severity: Warning, Message: d.Name + ": " + w, Objects: []string{"nvidiadriver/" + d.Name},
+					Fix: "kubectl nvdriver upgrade " + d.Name + " --to <full version, e.g. 550.90.07>"})
+			}
+		}
+	}
+	return out
+}
+
+func checkNFD(s *Snapshot, _ *plan.Plan) []Finding {
+	var noNFD, noOS []string
+	for _, n := range s.Nodes {
+		_, hasGPURes := n.Status.Capacity["nvidia.com/gpu"]
+		gpu := plan.IsGPUNode(n.Labels)
+		if hasGPURes && !gpu {
+			noNFD = append(noNFD, n.Name)
+			continue
+		}
+		if gpu {
+			if _, _, ok := plan.OSTag(n.Labels); !ok {
+				noOS = append(noOS, n.Name)
+			}
+		}
+	}
+	var out []Finding
+	if len(noNFD) > 0 {
+		out = append(out, Finding{Severity: Warning,
+			Message: fmt.Sprintf("%d node(s) advertise nvidia.com/gpu but carry no NFD NVIDIA PCI label nor nvidia.com/gpu.present=true: no driver is planned for them: %s", len(noNFD), strings.Join(limit(noNFD, 10), ", ")),
+			Objects: nodeObjs(noNFD), Fix: "run node-feature-discovery on these nodes, or label them: kubectl label node " + noNFD[0] + " nvidia.com/gpu.present=true"})
+	}
+	if len(noOS) > 0 {
+		out = append(out, Finding{Severity: Warning,
+			Message: fmt.Sprintf("%d GPU node(s) lack NFD's system-os_release labels, so no driver pool can be chosen for them: %s", len(noOS), strings.Join(limit(noOS, 10), ", ")),
+			Objects: nodeObjs(noOS), Fix: "check node-feature-discovery's worker on these nodes: kubectl get pods -A -l app.kubernetes.io/name=node-feature-discovery -o wide"})
+	}
+	return out
+}
+
+func checkUncovered(s *Snapshot, p *plan.Plan) []Finding {
+	if len(p.Uncovered) == 0 || s.Only != "" {
+		return nil
+	}
+	return []Finding{{Severity: Warning,
+		Message: fmt.Sprintf("%d GPU node(s) are covered by no NVIDIADriver and get no driver: %s", len(p.Uncovered), strings.Join(limit(p.Uncovered, 10), ", ")),
+		Objects: nodeObjs(p.Uncovered),
+		Fix:     "kubectl nvdriver assign NAME --nodes " + strings.Join(limit(p.Uncovered, 3), ",") + " --version VERSION, or create a default: true NVIDIADriver"}}
+}
+
+func checkSkipped(s *Snapshot, p *plan.Plan) []Finding {
+	byReason := map[string][]string{}
+	for _, d := range p.Drivers {
+		if !s.wants(d.Name) {
+			continue
+		}
+		for _, sk := range d.Skipped {
+			if sk.Reason == plan.ReasonPreInstalled || sk.Reason == plan.ReasonDisabled {
+				byReason[sk.Reason] = append(byReason[sk.Reason], sk.Node)
+			}
+		}
+	}
+	var out []Finding
+	if n := byReason[plan.ReasonPreInstalled]; len(n) > 0 {
+		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) use a driver installed on the host (nvidia.com/gpu.deploy.driver=pre-installed): %s", len(n), strings.Join(limit(n, 10), ", ")),
+			Objects: nodeObjs(n), Fix: "to let a driver container manage one, remove the host driver, then: kubectl label node " + n[0] + " nvidia.com/gpu.deploy.driver=true --overwrite"})
+	}
+	if n := byReason[plan.ReasonDisabled]; len(n) > 0 {
+		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) have the driver disabled (nvidia.com/gpu.deploy.driver=false): %s", len(n), strings.Join(limit(n, 10), ", ")),
+			Objects: nodeObjs(n), Fix: "kubectl label node " + n[0] + " nvidia.com/gpu.deploy.driver=true --overwrite"})
+	}
+	return out
+}
+
+func ownerName(o metav1.Object) string {
+	if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "NVIDIADriver" {
+		return ref.Name
+	}
+	return ""
+}
+
+func checkEmptyDaemonSets(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	for _, ds := range s.DaemonSets {
+		owner := ownerName(&ds)
+		if owner == "" || !s.wants(owner) {
+			continue
+		}
+		if ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled == 0 {
+			out = append(out, Finding{Severity: Warning,
+				Message: fmt.Sprintf("DaemonSet %s/%s of %s selects no node (its nodeSelector matches nothing schedulable)", ds.Namespace, ds.Name, owner),
+				Objects: []string{"daemonset/" + ds.Namespace + "/" + ds.Name},
+				Fix:     fmt.Sprintf("kubectl get nodes -l %s", selectorString(ds.Spec.Template.Spec.NodeSelector))})
+		}
+	}
+	return out
+}
+
+func checkOrphans(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	for _, ds := range s.DaemonSets {
+		if ownerName(&ds) != "" || s.Only != "" {
+			continue
+		}
+		out = append(out, Finding{Severity: Warning,
+			Message: fmt.Sprintf("driver DaemonSet %s/%s is owned by no NVIDIADriver (a ClusterPolicy driver, or left behind): its pods may hold the driver on nodes an NVIDIADriver targets", ds.Namespace, ds.Name),
+			Objects: []string{"daemonset/" + ds.Namespace + "/" + ds.Name},
+			Fix:     fmt.Sprintf("if nothing manages it any more: kubectl -n %s delete daemonset %s", ds.Namespace, ds.Name)})
+	}
+	return out
+}
+
+func checkPods(s *Snapshot, _ *plan.Plan) []Finding {
+	var out []Finding
+	for _, pod := range s.DriverPods {
+		obj := "pod/" + pod.Namespace + "/" + pod.Name
+		node := pod.Spec.NodeName
+		statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+		reported := false
+		for _, cs := range statuses {
+			if cs.State.Waiting == nil {
+				continue
+			}
+			switch cs.State.Waiting.Reason {
+			case "ImagePullBackOff", "ErrImagePull", "InvalidImageName":
+				out = append(out, Finding{Severity: Error,
+					Message: fmt.Sprintf("driver pod %s on %s cannot pull image %s (%s): the tag may not exist (precompiled images exist only for some kernels and OS releases) or a pull secret is missing", pod.Name, node, cs.Image, cs.State.Waiting.Reason),
+					Objects: []string{obj, "node/" + node},
+					Fix:     fmt.Sprintf("check the tag exists in the registry; set spec.imagePullSecrets if it is private; kubectl -n %s describe pod %s", pod.Namespace, pod.Name)})
+				reported = true
+			case "CrashLoopBackOff":
+				out = append(out, Finding{Severity: Error,
+					Message: fmt.Sprintf("container %s of driver pod %s on %s is crash-looping (%d restarts)", cs.Name, pod.Name, node, cs.RestartCount),
+					Objects: []string{obj, "node/" + node},
+					Fix:     fmt.Sprintf("kubectl -n %s logs %s -c %s --previous", pod.Namespace, pod.Name, cs.Name)})
+				reported = true
+			}
+		}
+		if reported {
+			continue
+		}
+		if pod.Status.Phase == corev1.PodPending {
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					out = append(out, Finding{Severity: Error,
+						Message: fmt.Sprintf("driver pod %s is Pending: %s", pod.Name, c.Message), Objects: []string{obj},
+						Fix: "if a taint is untolerated, add it to spec.tolerations of the NVIDIADriver; kubectl -n " + pod.Namespace + " describe pod " + pod.Name})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func checkTaints(s *Snapshot, _ *plan.Plan) []Finding {
+	tolerations := map[string][]corev1.Toleration{}
+	for _, ds := range s.DaemonSets {
+		if o := ownerName(&ds); o != "" {
+			tolerations[o] = ds.Spec.Template.Spec.Tolerations
+		}
+	}
+	var out []Finding
+	for _, n := range s.Nodes {
+		owner := n.Labels[plan.LabelOwner]
+		tol, ok := tolerations[owner]
+		if owner == "" || !ok || !s.wants(owner) {
+			continue
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Effect == corev1.TaintEffectPreferNoSchedule || strings.HasPrefix(t.Key, "node.kubernetes.io/") {
+				continue
+			}
+			if tolerated(tol, t) {
+				continue
+			}
+			out = append(out, Finding{Severity: Error,
+				Message: fmt.Sprintf("node %s has taint %s which %s's driver pods do not tolerate: the DaemonSet places no driver there", n.Name, taintString(t), owner),
+				Objects: []string{"node/" + n.Name, "nvidiadriver/" + owner},
+				Fix:     fmt.Sprintf(`kubectl patch nvidiadriver %s --type merge -p '{"spec":{"tolerations":[{"key":%q,"operator":"Exists","effect":%q}]}}'`, owner, t.Key, t.Effect)})
+		}
+	}
+	return out
+}
+
+func tolerated(tols []corev1.Toleration, t corev1.Taint) bool {
+	for _, tol := range tols {
+		if tol.ToleratesTaint(klog.Background(), &t, false) {
+			return true
+		}
+	}
+	return false
+}
+
+func taintString(t corev1.Taint) string {
+	if t.Value == "" {
+		return fmt.Sprintf("%s:%s", t.Key, t.Effect)
+	}
+	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+}
+
+func checkUpgrades(s *Snapshot, _ *plan.Plan) []Finding {
+	var failed, inProgress []string
+	for _, n := range s.Nodes {
+		if !s.wants(n.Labels[plan.LabelOwner]) {
+			continue
+		}
+		switch st := n.Labels[plan.LabelUpgradeState]; st {
+		case "", plan.UpgradeDone:
+		case plan.UpgradeFailed:
+			failed = append(failed, n.Name)
+		default:
+			inProgress = append(inProgress, n.Name+"("+st+")")
+		}
+	}
+	var out []Finding
+	if len(failed) > 0 {
+		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%d node(s) ended upgrade-failed: %s", len(failed), strings.Join(limit(failed, 10), ", ")),
+			Objects: nodeObjs(failed),
+			Fix:     fmt.Sprintf("inspect the driver pod (kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s); to retry: kubectl label node %s %s=upgrade-required --overwrite", s.Namespace, failed[0], failed[0], plan.LabelUpgradeState)})
+	}
+	if len(inProgress) > 0 {
+		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) are being upgraded: %s", len(inProgress), strings.Join(limit(inProgress, 10), ", ")),
+			Fix: "kubectl nvdriver status -w"})
+	}
+	return out
+}
+
+func checkCordoned(s *Snapshot, _ *plan.Plan) []Finding {
+	var left []string
+	for _, n := range s.Nodes {
+		if !n.Spec.Unschedulable || !plan.IsGPUNode(n.Labels) || !s.wants(n.Labels[plan.LabelOwner]) {
+			continue
+		}
+		if st := n.Labels[plan.LabelUpgradeState]; st == "" || st == plan.UpgradeDone {
+			left = append(left, n.Name)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return []Finding{{Severity: Warning, Message: fmt.Sprintf("%d GPU node(s) are cordoned with no driver upgrade in progress (left cordoned?): %s", len(left), strings.Join(limit(left, 10), ", ")),
+		Objects: nodeObjs(left), Fix: "if nobody cordoned them on purpose: kubectl uncordon " + strings.Join(limit(left, 10), " ")}}
+}
+
+func nodeObjs(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = "node/" + strings.SplitN(n, "(", 2)[0]
+	}
+	return out
+}
+
+func limit(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string{}, s[:n]...), fmt.Sprintf("and %d more", len(s)-n))
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func selectorString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// DriverPodSelector selects driver pods of either driver type.
+var DriverPodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+	Key: render.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{render.ComponentDriver, render.ComponentVGPUManager}}}}
