@@ -221,8 +221,12 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 		}
 	}
 	for _, t := range targets {
-		if !owned[t.Name] {
+		switch {
+		case owned[t.Name]:
+		case !plan.IsGPUNode(t.Labels):
 			fmt.Fprintf(o.Streams.ErrOut, "warning: node %s is not a GPU node (no nvidia.com/gpu.present=true nor NFD NVIDIA PCI label); it is labelled but gets no driver\n", t.Name)
+		default:
+			fmt.Fprintf(o.Streams.ErrOut, "warning: node %s does not match the rest of NVIDIADriver %q's nodeSelector; it is labelled but gets no driver from it\n", t.Name, o.Name)
 		}
 	}
 

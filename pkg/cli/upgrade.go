@@ -126,12 +126,13 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 					return fmt.Errorf("the API server rejects version %q for %s (nothing was changed): %v", o.To, o.Name, err)
 				}
 			}
+			from := d.Spec.Version
 			if o.DryRun == "none" {
 				if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
 					return fmt.Errorf("patching %s: %w", o.Name, err)
 				}
 			}
-			fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s version %s -> %s%s\n", o.Name, dash(d.Spec.Version), o.To, suffix)
+			fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s version %s -> %s%s\n", o.Name, dash(from), o.To, suffix)
 		}
 	}
 	for _, n := range nodes {
