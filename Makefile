@@ -11,7 +11,12 @@ CONTROLLER_GEN := cd hack/tools && $(GO) tool controller-gen
 # kube-apiserver and etcd for envtest, built once into a cache outside the repo.
 ASSETS = $(shell test/tools/build.sh etcd kube-apiserver)
 
-.PHONY: all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down
+# krew needs a semantic version: the nearest v* tag, else a dev version.
+KREW_TAG ?= $(shell v=$$(git describe --tags --match 'v*' 2>/dev/null || true); [ -n "$$v" ] && echo $$v || echo v0.0.0-dev.$$(git rev-parse --short HEAD 2>/dev/null || echo 0))
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+
+
+.PHONY: all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
 
 all: build
 
@@ -51,11 +56,16 @@ test-e2e: ## end-to-end tests on a fresh local simulated GPU cluster (built from
 	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl >/dev/null
 	$(GO) test -count=1 -timeout 30m ./test/e2e/...
 
-test: ## everything CI runs: lint, unit, integration and end-to-end tests
+test-packaging: ## Helm chart (lint, values, RBAC, pod security) and krew install of the linux/amd64 archive
+	test/tools/build.sh helm kubectl-krew validate-krew-manifest >/dev/null
+	$(GO) test -count=1 ./test/packaging/...
+
+test: ## everything CI runs: lint, unit, integration, packaging and end-to-end tests
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint; \
 	$(MAKE) --no-print-directory test-unit; \
 	$(MAKE) --no-print-directory test-integration; \
+	$(MAKE) --no-print-directory test-packaging; \
 	$(MAKE) --no-print-directory test-e2e; \
 	echo ">> make test passed in $$(( $$(date +%s) - start ))s"
 
@@ -69,6 +79,15 @@ demo: build ## the product on a laptop (the local cluster lands with the distrib
 	@echo "Built bin/kubectl-nvdriver and bin/controller."
 	@echo "The local simulated GPU cluster (make cluster-up) is not built yet, so the demo cannot run a cluster."
 	@echo "What you can try now: bin/kubectl-nvdriver --help, and 'make test' to see the API and planner against a real kube-apiserver."
+
+krew: ## cross-build the plugin archives into dist/ and render krew/nvdriver.yaml with their sha256s
+	@rm -rf dist && mkdir -p dist
+	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
+	  echo ">> building $$os/$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/bin/$${os}_$${arch}/kubectl-nvdriver$$ext ./cmd/kubectl-nvdriver; done
+	$(GO) run ./hack/krew -tag $(KREW_TAG) -dist dist -platforms "$$(echo $(PLATFORMS) | tr ' ' ',')"
+	"$$(test/tools/build.sh validate-krew-manifest | tail -1)/validate-krew-manifest" -manifest krew/nvdriver.yaml -skip-install
+	@echo ">> krew/nvdriver.yaml rendered for $(KREW_TAG)"
 
 clean: ## remove build outputs (not the binary cache)
 	rm -rf bin dist

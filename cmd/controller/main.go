@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +29,8 @@ import (
 // LeaseName is the leader-election Lease; doctor judges liveness by it.
 const LeaseName = "nvdriver-controller"
 
+const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
+
 func main() {
 	os.Exit(run())
 }
@@ -39,7 +42,7 @@ func run() int {
 	}
 	var (
 		metricsAddr, probeAddr, namespace, leNamespace, managerImage, hostRoot string
-		leaderElect, showVersion                                               bool
+		leaderElect, showVersion, labelPrivileged                              bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
@@ -49,6 +52,7 @@ func run() int {
 	flag.StringVar(&managerImage, "driver-manager-image", envOr("DRIVER_MANAGER_IMAGE", render.DefaultManagerImage), "k8s-driver-manager image when a CR sets none")
 	flag.StringVar(&hostRoot, "host-root", "/", "host root filesystem path mounted into the driver manager")
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
+	flag.BoolVar(&labelPrivileged, "label-namespace-privileged", false, "label the driver namespace pod-security.kubernetes.io/enforce=privileged (driver pods are privileged)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -78,13 +82,25 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		return 1
 	}
-	if err := direct.Get(context.Background(), client.ObjectKey{Name: namespace}, &corev1.Namespace{}); err != nil {
+	ns := &corev1.Namespace{}
+	if err := direct.Get(context.Background(), client.ObjectKey{Name: namespace}, ns); err != nil {
 		if apierrors.IsNotFound(err) {
 			fmt.Fprintf(os.Stderr, "error: namespace %q does not exist: create it with `kubectl create namespace %s` (and label it pod-security.kubernetes.io/enforce=privileged), or pass --namespace\n", namespace, namespace)
 		} else {
 			fmt.Fprintf(os.Stderr, "error: checking namespace %q: %v\n", namespace, err)
 		}
 		return 1
+	}
+	if labelPrivileged && ns.Labels[podSecurityEnforce] != "privileged" {
+		patch := []byte(`{"metadata":{"labels":{"` + podSecurityEnforce + `":"privileged"}}}`)
+		if err := direct.Patch(context.Background(), ns, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(controller.FieldManager)); err != nil {
+			fmt.Fprintf(os.Stderr, "error: labelling namespace %s privileged for the driver pods: %v\n", namespace, err)
+			return 1
+		}
+	}
+	if ns.Labels[podSecurityEnforce] != "" && ns.Labels[podSecurityEnforce] != "privileged" && !labelPrivileged {
+		fmt.Fprintf(os.Stderr, "warning: namespace %s enforces pod security %q; the privileged driver pods will be rejected: kubectl label ns %s %s=privileged --overwrite\n",
+			namespace, ns.Labels[podSecurityEnforce], namespace, podSecurityEnforce)
 	}
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

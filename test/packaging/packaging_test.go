@@ -1,0 +1,204 @@
+// Package packaging tests what ships: the Helm chart and the krew package.
+// helm, krew and validate-krew-manifest are built from Go modules by
+// test/tools/build.sh (make test-packaging builds them first).
+package packaging
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+func root() string {
+	_, f, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(f), "..", "..")
+}
+
+// tool returns the path of a binary built by test/tools/build.sh.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(root(), "test", "tools", "build.sh"), name)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("building %s: %v", name, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return filepath.Join(lines[len(lines)-1], name)
+}
+
+func run(t *testing.T, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = root()
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// docs splits rendered manifests into kind -> raw documents.
+func docs(t *testing.T, rendered string) map[string][][]byte {
+	t.Helper()
+	out := map[string][][]byte{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(rendered)))
+	for {
+		doc, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind == "" {
+			continue
+		}
+		out[meta.Kind] = append(out[meta.Kind], doc)
+	}
+	return out
+}
+
+func TestHelmChart(t *testing.T) {
+	helm := tool(t, "helm")
+	lint := run(t, nil, helm, "lint", "charts/nvdriver")
+	if !strings.Contains(lint, "0 chart(s) failed") || strings.Contains(lint, "[WARNING]") || strings.Contains(lint, "[ERROR]") {
+		t.Errorf("helm lint is not clean:\n%s", lint)
+	}
+
+	def := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator"))
+	for _, kind := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NVIDIADriver"} {
+		if len(def[kind]) != 1 {
+			t.Errorf("default render has %d %s, want 1", len(def[kind]), kind)
+		}
+	}
+	var cr struct {
+		Metadata struct{ Name string }
+		Spec     map[string]any
+	}
+	if err := yaml.Unmarshal(def["NVIDIADriver"][0], &cr); err != nil {
+		t.Fatal(err)
+	}
+	if cr.Metadata.Name != "default" || cr.Spec["default"] != true || cr.Spec["repository"] != "nvcr.io/nvidia" || cr.Spec["image"] != "driver" || cr.Spec["version"] == "" {
+		t.Errorf("default NVIDIADriver = %+v", cr)
+	}
+	if _, ok := cr.Spec["nodeSelector"]; ok {
+		t.Error("the default NVIDIADriver has a nodeSelector (admission rejects that)")
+	}
+
+	// NVIDIA's install flags work verbatim.
+	noCR := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator",
+		"--set", "driver.nvidiaDriverCRD.enabled=true", "--set", "driver.nvidiaDriverCRD.deployDefaultCR=false"))
+	if len(noCR["NVIDIADriver"]) != 0 {
+		t.Error("deployDefaultCR=false still renders an NVIDIADriver")
+	}
+	noCtrl := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator", "--set", "controller.enabled=false"))
+	if len(noCtrl["Deployment"]) != 0 || len(noCtrl["ClusterRole"]) != 1 {
+		t.Error("controller.enabled=false must drop the Deployment and keep RBAC")
+	}
+	custom := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator",
+		"--set", "driver.version=550.90.07", "--set", "driver.repository=registry.example.com/nvidia"))
+	if s := string(custom["NVIDIADriver"][0]); !strings.Contains(s, `version: "550.90.07"`) || !strings.Contains(s, "repository: registry.example.com/nvidia") {
+		t.Errorf("driver.* values not copied:\n%s", s)
+	}
+
+	// Least privilege: no wildcard, no cluster-wide read of Secrets.
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		role := &rbacv1.ClusterRole{}
+		if err := yaml.Unmarshal(def[kind][0], role); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range role.Rules {
+			for _, list := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
+				for _, v := range list {
+					if v == "*" {
+						t.Errorf("%s has a wildcard rule: %+v", kind, r)
+					}
+				}
+			}
+			for _, res := range r.Resources {
+				if res == "secrets" && kind == "ClusterRole" {
+					t.Errorf("ClusterRole grants %v on secrets", r.Verbs)
+				}
+			}
+		}
+	}
+
+	// The controller passes the restricted pod security profile.
+	dep := &appsv1.Deployment{}
+	if err := yaml.Unmarshal(def["Deployment"][0], dep); err != nil {
+		t.Fatal(err)
+	}
+	ps := dep.Spec.Template.Spec.SecurityContext
+	c := dep.Spec.Template.Spec.Containers[0]
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.SeccompProfile == nil || ps.SeccompProfile.Type != "RuntimeDefault" {
+		t.Errorf("pod securityContext = %+v", ps)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("container securityContext = %+v", sc)
+	}
+	if c.Image != "ghcr.io/nvdriver/controller:0.1.0" {
+		t.Errorf("controller image = %s", c.Image)
+	}
+}
+
+// make krew's pieces for linux/amd64: the archive validates as a krew
+// manifest and a real krew installs it, LICENSE and completion included.
+func TestKrewInstall(t *testing.T) {
+	validate := tool(t, "validate-krew-manifest")
+	krew := tool(t, "kubectl-krew")
+	dist := t.TempDir()
+	bin := filepath.Join(dist, "bin", "linux_amd64", "kubectl-nvdriver")
+	run(t, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}, "go", "build", "-trimpath", "-ldflags", "-X github.com/nvdriver/nvdriver/pkg/version.Version=v0.0.0-test", "-o", bin, "./cmd/kubectl-nvdriver")
+	manifest := filepath.Join(t.TempDir(), "nvdriver.yaml") // krew's validator wants <plugin name>.yaml
+	run(t, nil, "go", "run", "./hack/krew", "-tag", "v0.0.0-test", "-dist", dist, "-platforms", "linux/amd64", "-missing-ok", "-out", manifest)
+	run(t, nil, validate, "-manifest", manifest, "-skip-install")
+
+	krewRoot := t.TempDir()
+	env := []string{"KREW_ROOT=" + krewRoot, "KREW_NO_UPGRADE_CHECK=1"}
+	run(t, env, krew, "install", "--manifest="+manifest, "--archive="+filepath.Join(dist, "kubectl-nvdriver_v0.0.0-test_linux_amd64.tar.gz"))
+	store := filepath.Join(krewRoot, "store", "nvdriver", "v0.0.0-test")
+	for _, f := range []string{"kubectl-nvdriver", "LICENSE", "kubectl_complete-nvdriver"} {
+		st, err := os.Stat(filepath.Join(store, f))
+		if err != nil {
+			t.Errorf("%s not installed: %v", f, err)
+			continue
+		}
+		if f != "LICENSE" && st.Mode()&0o111 == 0 {
+			t.Errorf("%s is not executable", f)
+		}
+	}
+	lic, _ := os.ReadFile(filepath.Join(store, "LICENSE"))
+	if !strings.Contains(string(lic), "Apache License") {
+		t.Error("LICENSE is not the Apache licence")
+	}
+	// kubectl finds the installed plugin.
+	path := filepath.Join(krewRoot, "bin") + string(os.PathListSeparator) + os.Getenv("PATH")
+	out := run(t, []string{"PATH=" + path}, "kubectl", "nvdriver", "version")
+	if strings.TrimSpace(out) != "kubectl-nvdriver v0.0.0-test" {
+		t.Errorf("kubectl nvdriver version = %q", out)
+	}
+	// The completion script answers kubectl's completion protocol.
+	comp := run(t, []string{"PATH=" + store + string(os.PathListSeparator) + path}, filepath.Join(store, "kubectl_complete-nvdriver"), "")
+	for _, cmd := range []string{"assign", "preview", "upgrade", "status", "doctor", "version", "completion"} {
+		if !strings.Contains(comp, cmd) {
+			t.Errorf("completion lacks %q:\n%s", cmd, comp)
+		}
+	}
+}
