@@ -53,7 +53,7 @@ test-integration: ## integration tests against a real kube-apiserver + etcd (env
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test ./test/integration/...
 
 test-e2e: ## end-to-end tests on a fresh local simulated GPU cluster (built from source once)
-	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl >/dev/null
+	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm >/dev/null
 	$(GO) test -count=1 -timeout 30m ./test/e2e/...
 
 test-packaging: ## Helm chart (lint, values, RBAC, pod security) and krew install of the linux/amd64 archive
@@ -75,10 +75,8 @@ cluster-up: ## start the local simulated GPU cluster (GPU_NODES=6)
 cluster-down: ## remove the local cluster
 	test/cluster/cluster.sh down
 
-demo: build ## the product on a laptop (the local cluster lands with the distribution issue)
-	@echo "Built bin/kubectl-nvdriver and bin/controller."
-	@echo "The local simulated GPU cluster (make cluster-up) is not built yet, so the demo cannot run a cluster."
-	@echo "What you can try now: bin/kubectl-nvdriver --help, and 'make test' to see the API and planner against a real kube-apiserver."
+demo: build ## the product on a simulated GPU cluster: cluster, chart, controller, every plugin command
+	hack/demo.sh
 
 krew: ## cross-build the plugin archives into dist/ and render krew/nvdriver.yaml with their sha256s
 	@rm -rf dist && mkdir -p dist

@@ -32,6 +32,8 @@ up() {
     echo ">> cluster $name exists; recreating it"
     "$bin/kwokctl" delete cluster --name "$name" >/dev/null
   fi
+  # kwok's default stages plus simulated failures (test/tools/kwok/cmd/stages).
+  (cd "$root/test/tools/kwok" && go run ./cmd/stages) > "$KWOK_WORKDIR/stages-$name.yaml"
   local etcd_port etcd_peer
   etcd_port="$(free_port)"; etcd_peer="$(free_port)"
   echo ">> starting cluster $name (workdir $KWOK_WORKDIR)"
@@ -39,6 +41,7 @@ up() {
     --etcd-binary "$bin/etcd" --kube-apiserver-binary "$bin/kube-apiserver" \
     --kube-controller-manager-binary "$bin/kube-controller-manager" \
     --kube-scheduler-binary "$bin/kube-scheduler" --kwok-controller-binary "$bin/kwok" \
+    --config "$KWOK_WORKDIR/stages-$name.yaml" \
     --etcd-port "$etcd_port" \
     --extra-args "etcd=listen-client-urls=http://127.0.0.1:$etcd_port" \
     --extra-args "etcd=listen-peer-urls=http://127.0.0.1:$etcd_peer" \
@@ -56,6 +59,9 @@ up() {
 }
 
 down() {
+  local pidfile
+  pidfile="$(dirname "$kubeconfig")/controller.pid"
+  if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; fi
   local bin="${NVDRIVER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nvdriver/bin/v1.37.2}"
   if [ ! -x "$bin/kwokctl" ]; then echo ">> no kwokctl built; nothing to remove"; return; fi
   if "$bin/kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then

@@ -131,7 +131,7 @@ func startController(extra ...string) error {
 		return err
 	}
 	ctrlLog = f.Name()
-	args := append([]string{"--kubeconfig", kubeconfig, "--namespace", driverNS, "--leader-elect=false",
+	args := append([]string{"--kubeconfig", kubeconfig, "--namespace", driverNS, "--leader-elect=true",
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
 	controller = exec.Command(filepath.Join(binDir, "controller"), args...)
 	controller.Stdout, controller.Stderr = f, f

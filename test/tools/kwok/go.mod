@@ -2,7 +2,10 @@ module github.com/nvdriver/nvdriver/test/tools/kwok
 
 go 1.26.0
 
-require sigs.k8s.io/kwok v0.8.0
+require (
+	sigs.k8s.io/kwok v0.8.0
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -124,5 +127,4 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
