@@ -1,0 +1,387 @@
+// Package upgrade is the per-node driver upgrade state machine, in NVIDIA's
+// k8s-operator-libs vocabulary (state names, labels, annotations) so tools
+// written for NVIDIA's operator read our nodes correctly. It is pure: Decide
+// takes what the cluster looks like and returns, per node, the next state and
+// the actions to take; the controller carries them out. All state lives on the
+// nodes, so a restarted controller resumes exactly where it was.
+package upgrade
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+)
+
+// States (the values of LabelState).
+const (
+	StateUnknown         = ""
+	StateRequired        = "upgrade-required"
+	StateCordon          = "cordon-required"
+	StateWaitForJobs     = "wait-for-jobs-required"
+	StatePodDeletion     = "pod-deletion-required"
+	StateDrain           = "drain-required"
+	StatePodRestart      = "pod-restart-required"
+	StateValidation      = "validation-required"
+	StateUncordon        = "uncordon-required"
+	StateDone            = "upgrade-done"
+	StateFailed          = "upgrade-failed"
+	maxDriverPodRestarts = 10
+)
+
+// Node labels and annotations (NVIDIA's, driver name "gpu").
+const (
+	LabelState                = "nvidia.com/gpu-driver-upgrade-state"
+	LabelSkip                 = "nvidia.com/gpu-driver-upgrade.skip"
+	AnnotationRequested       = "nvidia.com/gpu-driver-upgrade-requested"
+	AnnotationInitialUnsched  = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+	AnnotationWaitStart       = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
+	AnnotationValidationStart = "nvidia.com/gpu-driver-upgrade-validation-start-time"
+	// AnnotationDeletionStart is ours: when GPU pod eviction began, for its timeout.
+	AnnotationDeletionStart = "nvidia.com/gpu-driver-upgrade-pod-deletion-start-time"
+	// EventReason is NVIDIA's event reason for upgrade steps.
+	EventReason = "GPUDriverUpgrade"
+)
+
+// DefaultValidationTimeout bounds validation-required (NVIDIA hard-codes 600s).
+const DefaultValidationTimeout = 600 * time.Second
+
+// InProgress reports whether a state holds a node out of service.
+func InProgress(s string) bool {
+	switch s {
+	case StateCordon, StateWaitForJobs, StatePodDeletion, StateDrain, StatePodRestart, StateValidation, StateUncordon:
+		return true
+	}
+	return false
+}
+
+// DriverPod is what the machine needs of a node's driver pod.
+type DriverPod struct {
+	Name     string
+	InSync   bool // runs the DaemonSet's current template
+	Ready    bool
+	Deleting bool
+	Restarts int32
+}
+
+// Node is one node of the CR with everything its transition depends on.
+type Node struct {
+	Name          string
+	State         string
+	Skip          bool
+	Unschedulable bool
+	NotReady      bool
+	Annotations   map[string]string
+	// DriverPod is nil when the node runs no driver pod (yet).
+	DriverPod *DriverPod
+	// GPUPods counts pods on the node requesting nvidia.com/gpu* or
+	// nvidia.com/mig-* (known only for nodes in the states that need it).
+	GPUPods int
+	// JobPods counts running pods matching waitForCompletion.podSelector.
+	JobPods int
+	// EvictionBlocked is set when the last eviction attempt was refused (PDB).
+	EvictionBlocked bool
+}
+
+// Policy is a CR's upgradePolicy with defaults applied.
+type Policy struct {
+	AutoUpgrade         bool
+	MaxParallelUpgrades int // 0 = unlimited
+	MaxUnavailable      intstr.IntOrString
+	PodDeletionTimeout  time.Duration // 0 = forever
+	WaitForJobsSelector string
+	WaitForJobsTimeout  time.Duration // 0 = forever
+	DrainEnabled        bool
+	DrainTimeout        time.Duration
+	ValidationTimeout   time.Duration
+}
+
+// PolicyFor resolves a CR's upgradePolicy with NVIDIA's defaults.
+func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
+	p := Policy{AutoUpgrade: true, MaxParallelUpgrades: 1, MaxUnavailable: intstr.FromString("25%"),
+		PodDeletionTimeout: 300 * time.Second, DrainTimeout: 300 * time.Second, ValidationTimeout: DefaultValidationTimeout}
+	up := spec.UpgradePolicy
+	if up == nil {
+		return p
+	}
+	p.AutoUpgrade = up.AutoUpgrade
+	p.MaxParallelUpgrades = up.MaxParallelUpgrades
+	if up.MaxUnavailable != nil {
+		p.MaxUnavailable = *up.MaxUnavailable
+	}
+	if up.PodDeletion != nil {
+		p.PodDeletionTimeout = time.Duration(up.PodDeletion.TimeoutSecond) * time.Second
+	}
+	if up.WaitForCompletion != nil {
+		p.WaitForJobsSelector = up.WaitForCompletion.PodSelector
+		p.WaitForJobsTimeout = time.Duration(up.WaitForCompletion.TimeoutSecond) * time.Second
+	}
+	if up.DrainSpec != nil {
+		p.DrainEnabled = up.DrainSpec.Enable
+		p.DrainTimeout = time.Duration(up.DrainSpec.TimeoutSecond) * time.Second
+	}
+	return p
+}
+
+// MaxUnavailableNodes resolves maxUnavailable against the CR's node count: a
+// percentage rounds up, and the result is at least 1 (SPEC §6).
+func MaxUnavailableNodes(v intstr.IntOrString, total int) int {
+	n := v.IntValue()
+	if v.Type == intstr.String {
+		pct, err := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%"))
+		if err != nil {
+			pct = 25
+		}
+		n = int(math.Ceil(float64(pct) * float64(total) / 100))
+	}
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// Action is something the executor does for a node.
+type Action string
+
+const (
+	ActCordon          Action = "cordon"
+	ActUncordon        Action = "uncordon"
+	ActEvictGPUPods    Action = "evict-gpu-pods"
+	ActDrain           Action = "drain"
+	ActDeleteDriverPod Action = "delete-driver-pod"
+)
+
+// Decision is the outcome for one node.
+type Decision struct {
+	Node    string
+	From    string
+	To      string // == From when the node stays
+	Actions []Action
+	// Annotations to set ("" value = remove).
+	Annotations map[string]string
+	// Reason explains a failure (for the Event and the doctor).
+	Reason string
+}
+
+// Changed reports whether the decision writes anything.
+func (d Decision) Changed() bool {
+	return d.From != d.To || len(d.Actions) > 0 || len(d.Annotations) > 0
+}
+
+// Decide computes one pass of the machine over a CR's nodes. Nodes needing an
+// upgrade enter it only within the budget: at most maxParallelUpgrades in
+// progress, and at most maxUnavailable unavailable (in progress, cordoned or
+// NotReady), except nodes already cordoned, which cost nothing more.
+func Decide(nodes []Node, p Policy, now time.Time) []Decision {
+	sorted := append([]Node(nil), nodes...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+
+	inProgress, unavailable := 0, 0
+	for _, n := range sorted {
+		switch {
+		case n.Skip:
+		case InProgress(n.State):
+			inProgress++
+			unavailable++
+		case n.Unschedulable || n.NotReady:
+			unavailable++
+		}
+	}
+	slots := MaxUnavailableNodes(p.MaxUnavailable, len(sorted)) - unavailable
+	if p.MaxParallelUpgrades > 0 {
+		slots = min(slots, p.MaxParallelUpgrades-inProgress)
+	}
+
+	var out []Decision
+	for _, n := range sorted {
+		d := Decision{Node: n.Name, From: n.State, To: n.State, Annotations: map[string]string{}}
+		if n.Skip {
+			out = append(out, d)
+			continue
+		}
+		if n.State == StateRequired {
+			// Entering the machine costs a slot unless the node is already out of service.
+			free := n.Unschedulable || n.NotReady
+			if free || slots > 0 {
+				if !free {
+					slots--
+				}
+				d.To = StateCordon
+				if n.Annotations[AnnotationRequested] != "" {
+					d.Annotations[AnnotationRequested] = ""
+				}
+			}
+			out = append(out, d)
+			continue
+		}
+		next(&d, n, p, now)
+		out = append(out, d)
+	}
+	return out
+}
+
+func startedAt(n Node, key string) (time.Time, bool) {
+	v := n.Annotations[key]
+	if v == "" {
+		return time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(sec, 0), true
+}
+
+func stamp(now time.Time) string { return strconv.FormatInt(now.Unix(), 10) }
+
+// afterValidation is where a validated node goes: uncordon, unless it was
+// cordoned before the upgrade started (then it stays as the admin left it).
+func afterValidation(d *Decision, n Node) {
+	if n.Annotations[AnnotationInitialUnsched] == "true" {
+		d.To = StateDone
+		d.Annotations[AnnotationInitialUnsched] = ""
+		return
+	}
+	d.To = StateUncordon
+}
+
+func fail(d *Decision, reason string) {
+	d.To = StateFailed
+	d.Reason = reason
+}
+
+// next is the transition of one node outside the budgeted entry.
+func next(d *Decision, n Node, p Policy, now time.Time) {
+	pod := n.DriverPod
+	switch n.State {
+	case StateUnknown, StateDone:
+		if pod == nil {
+			return // no driver pod here (yet): nothing to upgrade
+		}
+		requested := n.Annotations[AnnotationRequested] == "true"
+		if (!pod.InSync && p.AutoUpgrade) || requested {
+			d.To = StateRequired
+			if n.Unschedulable {
+				d.Annotations[AnnotationInitialUnsched] = "true"
+			}
+			return
+		}
+		if n.State == StateUnknown && pod.InSync {
+			d.To = StateDone
+		}
+	case StateCordon:
+		d.Actions = append(d.Actions, ActCordon)
+		d.To = StateWaitForJobs
+		if p.WaitForJobsSelector != "" {
+			d.Annotations[AnnotationWaitStart] = stamp(now)
+		}
+	case StateWaitForJobs:
+		if !n.Unschedulable {
+			d.Actions = append(d.Actions, ActCordon) // someone uncordoned it: hold the node
+		}
+		if p.WaitForJobsSelector == "" || n.JobPods == 0 {
+			d.To = StatePodDeletion
+			d.Annotations[AnnotationWaitStart] = ""
+			return
+		}
+		if start, ok := startedAt(n, AnnotationWaitStart); ok && p.WaitForJobsTimeout > 0 && now.Sub(start) >= p.WaitForJobsTimeout {
+			d.To = StatePodDeletion
+			d.Annotations[AnnotationWaitStart] = ""
+		} else if !ok {
+			d.Annotations[AnnotationWaitStart] = stamp(now)
+		}
+	case StatePodDeletion:
+		if n.GPUPods == 0 {
+			d.To = StatePodRestart
+			if n.Annotations[AnnotationDeletionStart] != "" {
+				d.Annotations[AnnotationDeletionStart] = ""
+			}
+			return
+		}
+		start, ok := startedAt(n, AnnotationDeletionStart)
+		if !ok {
+			d.Annotations[AnnotationDeletionStart] = stamp(now)
+			start = now
+		}
+		if p.PodDeletionTimeout > 0 && now.Sub(start) >= p.PodDeletionTimeout {
+			d.Annotations[AnnotationDeletionStart] = ""
+			if p.DrainEnabled {
+				d.To = StateDrain
+				return
+			}
+			fail(d, fmt.Sprintf("%d GPU pod(s) still on the node after %s of eviction (a PodDisruptionBudget may block it)", n.GPUPods, p.PodDeletionTimeout))
+			return
+		}
+		d.Actions = append(d.Actions, ActEvictGPUPods)
+	case StateDrain:
+		if !p.DrainEnabled || n.GPUPods == 0 {
+			d.To = StatePodRestart
+			d.Annotations[AnnotationDeletionStart] = ""
+			return
+		}
+		start, ok := startedAt(n, AnnotationDeletionStart)
+		if !ok {
+			d.Annotations[AnnotationDeletionStart] = stamp(now)
+			start = now
+		}
+		if p.DrainTimeout > 0 && now.Sub(start) >= p.DrainTimeout {
+			d.Annotations[AnnotationDeletionStart] = ""
+			fail(d, fmt.Sprintf("drain did not empty the node within %s", p.DrainTimeout))
+			return
+		}
+		d.Actions = append(d.Actions, ActDrain)
+	case StatePodRestart:
+		switch {
+		case pod == nil:
+			// The old pod is gone; the DaemonSet controller is creating the new one.
+		case !pod.InSync:
+			if !pod.Deleting {
+				d.Actions = append(d.Actions, ActDeleteDriverPod)
+			}
+		case pod.Ready:
+			d.To = StateValidation
+			d.Annotations[AnnotationValidationStart] = stamp(now)
+		case pod.Restarts > maxDriverPodRestarts:
+			fail(d, fmt.Sprintf("the new driver pod %s restarted %d times without becoming Ready", pod.Name, pod.Restarts))
+		}
+	case StateValidation:
+		if pod != nil && pod.InSync && pod.Ready {
+			afterValidation(d, n)
+			d.Annotations[AnnotationValidationStart] = ""
+			return
+		}
+		start, ok := startedAt(n, AnnotationValidationStart)
+		if !ok {
+			d.Annotations[AnnotationValidationStart] = stamp(now)
+			return
+		}
+		if now.Sub(start) >= p.ValidationTimeout {
+			d.Annotations[AnnotationValidationStart] = ""
+			name := "(none)"
+			if pod != nil {
+				name = pod.Name
+			}
+			fail(d, fmt.Sprintf("the new driver pod %s did not become Ready within %s", name, p.ValidationTimeout))
+		}
+	case StateUncordon:
+		d.Actions = append(d.Actions, ActUncordon)
+		d.To = StateDone
+		if n.Annotations[AnnotationInitialUnsched] != "" {
+			d.Annotations[AnnotationInitialUnsched] = ""
+		}
+	case StateFailed:
+		// A failed node recovers when its driver pod is in sync and Ready.
+		if pod != nil && pod.InSync && pod.Ready {
+			afterValidation(d, n)
+		}
+	default:
+		// A state we do not know (another tool's): restart the machine for it.
+		d.To = StateUnknown
+	}
+}
