@@ -53,6 +53,7 @@ func run() int {
 	flag.StringVar(&hostRoot, "host-root", "/", "host root filesystem path mounted into the driver manager")
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
 	flag.BoolVar(&labelPrivileged, "label-namespace-privileged", false, "label the driver namespace pod-security.kubernetes.io/enforce=privileged (driver pods are privileged)")
+	validationTimeout := flag.Duration("validation-timeout", 0, "how long a new driver pod may take to become Ready before its node is marked upgrade-failed (default 10m)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -117,7 +118,7 @@ func run() int {
 		logger.Error(err, "creating the manager")
 		return 1
 	}
-	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout}); err != nil {
 		logger.Error(err, "setting up the controllers")
 		return 1
 	}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // nodeLabelsKey is the single work item of the node labeller: labels depend on
@@ -34,12 +35,32 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 	// GPU labels first, so a node NFD just found is planned as a GPU node.
 	nodes := snap.planNodes()
 	changes := make(map[string]map[string]*string, 0)
+	annChanges := make(map[string]map[string]*string, 0)
 	for i := range nodes {
 		for k, v := range plan.GPULabels(nodes[i].Labels) {
 			set(changes, nodes[i].Name, k, v)
 		}
 	}
 	p := plan.Compute(nodes, snap.drivers)
+	uncordon := map[string]bool{}
+	for i := range snap.nodes {
+		n := &snap.nodes[i]
+		state, ok := n.Labels[upgrade.LabelState]
+		if !ok || p.Owner[n.Name] != "" {
+			continue
+		}
+		// The node left every driver (its CR was deleted, or it was relabelled
+		// to nothing) while the upgrade machine held it: hand it back as it was.
+		setNull(changes, n.Name, upgrade.LabelState)
+		if upgrade.InProgress(state) && n.Spec.Unschedulable && n.Annotations[upgrade.AnnotationInitialUnsched] != "true" {
+			uncordon[n.Name] = true
+		}
+		for _, k := range upgradeAnnotations {
+			if _, ok := n.Annotations[k]; ok {
+				setAnnotationNull(annChanges, n.Name, k)
+			}
+		}
+	}
 	for _, n := range nodes {
 		want, have := p.Owner[n.Name], n.Labels[plan.LabelOwner]
 		if want == have {
@@ -54,8 +75,20 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		set(changes, n.Name, plan.LabelOwner, want)
 	}
 	var firstErr error
+	for name := range annChanges {
+		if changes[name] == nil {
+			changes[name] = map[string]*string{}
+		}
+	}
 	for name, labels := range changes {
-		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+		patch := map[string]any{"metadata": map[string]any{"labels": labels}}
+		if a := annChanges[name]; len(a) > 0 {
+			patch["metadata"].(map[string]any)["annotations"] = a
+		}
+		if uncordon[name] {
+			patch["spec"] = map[string]any{"unschedulable": false}
+		}
+		body, _ := json.Marshal(patch)
 		node := &corev1.Node{}
 		node.Name = name
 		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
@@ -77,6 +110,17 @@ func set(changes map[string]map[string]*string, node, key, value string) {
 }
 
 func setNull(changes map[string]map[string]*string, node, key string) {
+	if changes[node] == nil {
+		changes[node] = map[string]*string{}
+	}
+	changes[node][key] = nil
+}
+
+// upgradeAnnotations are the per-node annotations of the upgrade machine.
+var upgradeAnnotations = []string{upgrade.AnnotationRequested, upgrade.AnnotationInitialUnsched, upgrade.AnnotationWaitStart,
+	upgrade.AnnotationValidationStart, upgrade.AnnotationDeletionStart}
+
+func setAnnotationNull(changes map[string]map[string]*string, node, key string) {
 	if changes[node] == nil {
 		changes[node] = map[string]*string{}
 	}

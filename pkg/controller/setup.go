@@ -6,6 +6,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,9 @@ type Options struct {
 	Namespace    string // where driver DaemonSets live
 	ManagerImage string // default k8s-driver-manager image
 	HostRoot     string
+	// ValidationTimeout overrides how long a new driver pod may take to become
+	// Ready before its node is upgrade-failed (0: the policy default, 600s).
+	ValidationTimeout time.Duration
 }
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"
@@ -41,6 +45,7 @@ const ownerIndex = "metadata.ownerReferences.nvidiadriver"
 // DaemonSets in the driver namespace are cached.
 func CacheOptions(namespace string) cache.Options {
 	req, _ := labels.NewRequirement(render.LabelState, selection.Equals, []string{render.StateDriver})
+	component, _ := labels.NewRequirement(render.LabelComponent, selection.In, []string{render.ComponentDriver, render.ComponentVGPUManager})
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
@@ -48,6 +53,11 @@ func CacheOptions(namespace string) cache.Options {
 			&appsv1.DaemonSet{}: {
 				Namespaces: map[string]cache.Config{namespace: {}},
 				Label:      labels.NewSelector().Add(*req),
+			},
+			// Driver pods only (the upgrade machine reads their revision and readiness).
+			&corev1.Pod{}: {
+				Namespaces: map[string]cache.Config{namespace: {}},
+				Label:      labels.NewSelector().Add(*component),
 			},
 		},
 	}
@@ -89,6 +99,7 @@ func isOurAnnotation(k string) bool {
 		"nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable",
 		"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
 		"nvidia.com/gpu-driver-upgrade-validation-start-time",
+		"nvidia.com/gpu-driver-upgrade-pod-deletion-start-time",
 		"nvidia.com/gpu-driver-upgrade-enabled":
 		return true
 	}
@@ -190,6 +201,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	nodesKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{nodeLabelsKey}
 	})
+	if err := setupUpgrades(mgr, opts, driverOfDS); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
 		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
@@ -207,4 +221,46 @@ func deletionPredicate() predicate.Funcs {
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// setupUpgrades registers the upgrade machine: it runs per CR, woken by its
+// nodes, its driver pods and its DaemonSets.
+func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler) error {
+	c := mgr.GetClient()
+	ownerOfNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if owner := o.GetLabels()[plan.LabelOwner]; owner != "" {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: owner}}}
+		}
+		return nil
+	})
+	ownerOfPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "DaemonSet" {
+			return nil
+		}
+		ds := &appsv1.DaemonSet{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, ds); err != nil {
+			return nil
+		}
+		if dref := metav1.GetControllerOf(ds); dref != nil && dref.Kind == "NVIDIADriver" {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: dref.Name}}}
+		}
+		return nil
+	})
+	nodeMatters := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+			return !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) ||
+				o.Spec.Unschedulable != n.Spec.Unschedulable || nodeReady(o) != nodeReady(n)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("upgrade").
+		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
+		Watches(&corev1.Pod{}, ownerOfPod).
+		Watches(&appsv1.DaemonSet{}, driverOfDS).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts})
 }

@@ -48,7 +48,7 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 	pd := in.Plan
 
 	var notReady []string
-	upgrading := 0
+	upgrading, done, failed, total := 0, 0, 0, 0
 	for _, pool := range pd.Pools {
 		ps := v1alpha1.PoolStatus{OSTag: pool.OSTag, Kernel: pool.Kernel, DaemonSet: pool.DaemonSet, Image: pool.Image,
 			Nodes: int32(len(pool.Nodes))}
@@ -58,7 +58,14 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 			ps.Desired, ps.Ready, ps.Updated, ps.Available = s.DesiredNumberScheduled, s.NumberReady, s.UpdatedNumberScheduled, s.NumberAvailable
 		}
 		for _, n := range pool.Nodes {
+			total++
 			state := in.NodeStates[n]
+			switch state {
+			case plan.UpgradeDone:
+				done++
+			case plan.UpgradeFailed:
+				failed++
+			}
 			if state == "" {
 				continue
 			}
@@ -98,7 +105,11 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 		case len(pd.Pools) == 0:
 			reason, msg = ReasonNoMatchingNodes, noNodesMessage(pd)
 		case upgrading > 0:
-			reason, msg, status = ReasonUpgrading, fmt.Sprintf("%d node(s) upgrading", upgrading), metav1.ConditionFalse
+			msg = fmt.Sprintf("upgrading: %d/%d nodes done", done, total)
+			if failed > 0 {
+				msg += fmt.Sprintf(", %d failed", failed)
+			}
+			reason, status = ReasonUpgrading, metav1.ConditionFalse
 		case len(notReady) > 0:
 			reason, msg, status = ReasonDriverNotReady, "Waiting for driver pod to be ready: "+strings.Join(notReady, "; "), metav1.ConditionFalse
 		}

@@ -338,6 +338,10 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 		d.Actions = append(d.Actions, ActDrain)
 	case StatePodRestart:
 		switch {
+		case n.GPUPods > 0 && (pod == nil || !pod.InSync):
+			// A GPU pod landed after the eviction (the scheduler can bind one
+			// that raced the cordon): empty the node again before touching the driver.
+			d.To = StatePodDeletion
 		case pod == nil:
 			// The old pod is gone; the DaemonSet controller is creating the new one.
 		case !pod.InSync:
@@ -346,9 +350,22 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 			}
 		case pod.Ready:
 			d.To = StateValidation
-			d.Annotations[AnnotationValidationStart] = stamp(now)
+			if _, ok := startedAt(n, AnnotationValidationStart); !ok {
+				d.Annotations[AnnotationValidationStart] = stamp(now)
+			}
 		case pod.Restarts > maxDriverPodRestarts:
 			fail(d, fmt.Sprintf("the new driver pod %s restarted %d times without becoming Ready", pod.Name, pod.Restarts))
+			d.Annotations[AnnotationValidationStart] = ""
+		default:
+			// The new pod runs but is not Ready: the validation clock starts now
+			// (NVIDIA waits forever here unless the pod restarts >10 times).
+			start, ok := startedAt(n, AnnotationValidationStart)
+			if !ok {
+				d.Annotations[AnnotationValidationStart] = stamp(now)
+			} else if now.Sub(start) >= p.ValidationTimeout {
+				d.Annotations[AnnotationValidationStart] = ""
+				fail(d, fmt.Sprintf("the new driver pod %s did not become Ready within %s", pod.Name, p.ValidationTimeout))
+			}
 		}
 	case StateValidation:
 		if pod != nil && pod.InSync && pod.Ready {

@@ -132,7 +132,7 @@ func startController(extra ...string) error {
 	}
 	ctrlLog = f.Name()
 	args := append([]string{"--kubeconfig", kubeconfig, "--namespace", driverNS, "--leader-elect=true",
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--validation-timeout", "15s"}, extra...)
 	controller = exec.Command(filepath.Join(binDir, "controller"), args...)
 	controller.Stdout, controller.Stderr = f, f
 	return controller.Start()

@@ -6,6 +6,8 @@
 //	image-pull   the pod waits in ImagePullBackOff
 //	crashloop    the driver container waits in CrashLoopBackOff
 //	never-ready  the pod runs but never becomes Ready (validation timeouts)
+//	flaky-node   like never-ready, but only on node gpu-node-flaky; elsewhere
+//	             the pod becomes Ready (one bad node in an otherwise good rollout)
 package main
 
 import (
@@ -19,7 +21,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const failAnnotation = "nvdriver.test/fail"
+const (
+	failAnnotation = "nvdriver.test/fail"
+	flakyNode      = "gpu-node-flaky"
+)
 
 func main() {
 	ready := map[string]any{}
@@ -37,11 +42,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
+	// The same pod-ready stage for flaky-node pods on every other node.
+	flakyReady := map[string]any{}
+	_ = yaml.Unmarshal(readyYAML, &flakyReady)
+	flakyReady["metadata"] = map[string]any{"name": "pod-ready-flaky-elsewhere"}
+	fsel := flakyReady["spec"].(map[string]any)["selector"].(map[string]any)
+	exprs := fsel["matchExpressions"].([]any)
+	exprs = exprs[:len(exprs)-1]
+	fsel["matchExpressions"] = append(exprs,
+		map[string]any{"key": fmt.Sprintf(`.metadata.annotations["%s"]`, failAnnotation), "operator": "In", "values": []string{"flaky-node"}},
+		map[string]any{"key": ".spec.nodeName", "operator": "NotIn", "values": []string{flakyNode}})
+	flakyYAML, err := yaml.Marshal(flakyReady)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
 	docs := []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeat, string(readyYAML),
 		podfast.DefaultPodComplete, podfast.DefaultPodDelete,
 		failStage("image-pull", "Pending", "ImagePullBackOff", `{{ printf "Back-off pulling image %q" .image | Quote }}`, false),
 		failStage("crashloop", "Running", "CrashLoopBackOff", `"back-off 5m0s restarting failed container"`, false),
 		failStage("never-ready", "Running", "", "", true),
+		string(flakyYAML),
+		strings.Replace(failStage("flaky-node", "Running", "", "", true), "    - key: '.status.containerStatuses'",
+			"    - key: '.spec.nodeName'\n      operator: 'In'\n      values: ['"+flakyNode+"']\n    - key: '.status.containerStatuses'", 1),
 	}
 	for i, d := range docs {
 		if i > 0 {

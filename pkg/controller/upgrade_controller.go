@@ -1,0 +1,392 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+// templateGenerationAnnotation is set by the DaemonSet controller on the
+// DaemonSet; its pods carry the generation they were made from.
+const (
+	templateGenerationAnnotation = "deprecated.daemonset.template.generation"
+	podTemplateGenerationLabel   = "pod-template-generation"
+)
+
+// requeueWhileUpgrading re-checks timeouts while a rollout is in flight.
+const requeueWhileUpgrading = 2 * time.Second
+
+// UpgradeReconciler carries one CR's nodes through the upgrade state machine
+// (pkg/upgrade), one CR per reconcile, so one CR's stuck node never blocks
+// another CR's rollout.
+type UpgradeReconciler struct {
+	Client    client.Client
+	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
+	Recorder  events.EventRecorder
+	Options   Options
+	Now       func() time.Time
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	d := &v1alpha1.NVIDIADriver{}
+	if err := r.Client.Get(ctx, req.NamespacedName, d); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !d.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
+	}
+	policy := upgrade.PolicyFor(&d.Spec)
+	if r.Options.ValidationTimeout > 0 {
+		policy.ValidationTimeout = r.Options.ValidationTimeout
+	}
+
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingLabels{plan.LabelOwner: d.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(nodes.Items) == 0 {
+		return ctrl.Result{}, nil
+	}
+	pods, err := r.driverPods(ctx, d)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	inputs := make([]upgrade.Node, 0, len(nodes.Items))
+	byName := map[string]*corev1.Node{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		byName[n.Name] = n
+		in := upgrade.Node{
+			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",
+			Unschedulable: n.Spec.Unschedulable, NotReady: !nodeReady(n), Annotations: n.Annotations, DriverPod: pods[n.Name],
+		}
+		if in.Annotations == nil {
+			in.Annotations = map[string]string{}
+		}
+		switch in.State {
+		case upgrade.StateWaitForJobs, upgrade.StatePodDeletion, upgrade.StateDrain, upgrade.StatePodRestart:
+			onNode, err := r.podsOnNode(ctx, n.Name)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			in.GPUPods = len(gpuPods(onNode))
+			if in.State == upgrade.StateDrain {
+				in.GPUPods = len(drainable(onNode))
+			}
+			if policy.WaitForJobsSelector != "" {
+				in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
+			}
+		}
+		inputs = append(inputs, in)
+	}
+
+	busy := false
+	var firstErr error
+	for _, dec := range upgrade.Decide(inputs, policy, now) {
+		if upgrade.InProgress(dec.To) || dec.To == upgrade.StateRequired {
+			busy = true
+		}
+		if !dec.Changed() {
+			continue
+		}
+		if err := r.execute(ctx, d, byName[dec.Node], dec); err != nil {
+			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	if busy {
+		return ctrl.Result{RequeueAfter: requeueWhileUpgrading}, firstErr
+	}
+	return ctrl.Result{}, firstErr
+}
+
+// driverPods maps node name -> this CR's driver pod there.
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver) (map[string]*upgrade.DriverPod, error) {
+	dss := &appsv1.DaemonSetList{}
+	if err := r.Client.List(ctx, dss, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}); err != nil {
+		return nil, err
+	}
+	gen := map[types.UID]string{}
+	for _, ds := range dss.Items {
+		gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace)); err != nil {
+		return nil, err
+	}
+	out := map[string]*upgrade.DriverPod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ref := metav1.GetControllerOf(p)
+		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
+			continue
+		}
+		want, ok := gen[ref.UID]
+		if !ok {
+			continue
+		}
+		dp := &upgrade.DriverPod{Name: p.Name, InSync: want != "" && p.Labels[podTemplateGenerationLabel] == want,
+			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			dp.Restarts = max(dp.Restarts, cs.RestartCount)
+		}
+		// Prefer the live pod over one being deleted.
+		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
+			out[p.Spec.NodeName] = dp
+		}
+	}
+	return out, nil
+}
+
+func (r *UpgradeReconciler) podsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, list, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
+		return nil, fmt.Errorf("listing pods on %s: %w", node, err)
+	}
+	return list.Items, nil
+}
+
+// gpuPods are the running or pending pods that request GPUs or MIG slices.
+func gpuPods(pods []corev1.Pod) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if usesGPU(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func usesGPU(p *corev1.Pod) bool {
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+			for name := range list {
+				if strings.HasPrefix(string(name), "nvidia.com/gpu") || strings.HasPrefix(string(name), "nvidia.com/mig-") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// drainable are the pods a drain evicts: all but DaemonSet pods, mirror pods
+// and finished ones.
+func drainable(pods []corev1.Pod) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "DaemonSet" {
+			continue
+		}
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func countMatching(pods []corev1.Pod, selector string) int {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods {
+		if (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending) && sel.Matches(labels.Set(p.Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return true // unknown: do not count it against the budget
+}
+
+// execute carries out one decision: actions first, then the state label and
+// annotations in one patch (so the state never runs ahead of what was done).
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dec upgrade.Decision) error {
+	for _, a := range dec.Actions {
+		var err error
+		switch a {
+		case upgrade.ActCordon:
+			err = r.setUnschedulable(ctx, node, true)
+		case upgrade.ActUncordon:
+			err = r.setUnschedulable(ctx, node, false)
+		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
+			err = r.evict(ctx, node.Name, a == upgrade.ActDrain)
+		case upgrade.ActDeleteDriverPod:
+			// Last look before the driver goes: no GPU pod may have arrived since
+			// the decision (the node is cordoned, but a bind can race the cordon).
+			onNode, lerr := r.podsOnNode(ctx, node.Name)
+			if lerr != nil {
+				return lerr
+			}
+			if len(gpuPods(onNode)) > 0 {
+				return nil // the next pass sends the node back to pod-deletion-required
+			}
+			err = r.deleteDriverPod(ctx, d, node.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("%s on %s: %w", a, node.Name, err)
+		}
+	}
+	meta := map[string]any{}
+	if dec.From != dec.To {
+		if dec.To == upgrade.StateUnknown {
+			meta["labels"] = map[string]any{upgrade.LabelState: nil}
+		} else {
+			meta["labels"] = map[string]any{upgrade.LabelState: dec.To}
+		}
+	}
+	if len(dec.Annotations) > 0 {
+		ann := map[string]any{}
+		for k, v := range dec.Annotations {
+			if v == "" {
+				if _, ok := node.Annotations[k]; !ok {
+					continue
+				}
+				ann[k] = nil
+			} else {
+				ann[k] = v
+			}
+		}
+		if len(ann) > 0 {
+			meta["annotations"] = ann
+		}
+	}
+	if len(meta) > 0 {
+		body, _ := json.Marshal(map[string]any{"metadata": meta})
+		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("setting upgrade state of %s: %w", node.Name, err)
+		}
+	}
+	if dec.From != dec.To {
+		if dec.To == upgrade.StateFailed {
+			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, upgrade.EventReason, "Upgrade", "node %s: upgrade failed: %s", node.Name, dec.Reason)
+		} else {
+			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, upgrade.EventReason, "Upgrade", "node %s: %s -> %s", node.Name, stateName(dec.From), dec.To)
+		}
+	}
+	return nil
+}
+
+func stateName(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func (r *UpgradeReconciler) setUnschedulable(ctx context.Context, node *corev1.Node, v bool) error {
+	if node.Spec.Unschedulable == v {
+		return nil
+	}
+	body := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, v))
+	return r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
+}
+
+// evict asks the Eviction API to remove the node's GPU pods (or, draining,
+// every evictable pod); a PodDisruptionBudget refusal is retried next pass.
+func (r *UpgradeReconciler) evict(ctx context.Context, node string, drain bool) error {
+	pods, err := r.podsOnNode(ctx, node)
+	if err != nil {
+		return err
+	}
+	targets := gpuPods(pods)
+	if drain {
+		targets = drainable(pods)
+	}
+	for i := range targets {
+		p := &targets[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+		if err := r.Client.SubResource("eviction").Create(ctx, p, ev); err != nil {
+			if apierrors.IsTooManyRequests(err) || apierrors.IsNotFound(err) {
+				continue // blocked by a PodDisruptionBudget, or already gone
+			}
+			return fmt.Errorf("evicting %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
+
+func (r *UpgradeReconciler) deleteDriverPod(ctx context.Context, d *v1alpha1.NVIDIADriver, node string) error {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace)); err != nil {
+		return err
+	}
+	dss := &appsv1.DaemonSetList{}
+	if err := r.Client.List(ctx, dss, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}); err != nil {
+		return err
+	}
+	owned := map[types.UID]string{}
+	for _, ds := range dss.Items {
+		owned[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ref := metav1.GetControllerOf(p)
+		if p.Spec.NodeName != node || ref == nil || p.DeletionTimestamp != nil {
+			continue
+		}
+		want, ok := owned[ref.UID]
+		if !ok || p.Labels[podTemplateGenerationLabel] == want {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
