@@ -240,6 +240,17 @@ func startedAt(n Node, key string) (time.Time, bool) {
 
 func stamp(now time.Time) string { return strconv.FormatInt(now.Unix(), 10) }
 
+// clock is how long the step timed by the annotation key has run; a step not
+// started yet starts now (and has run for 0).
+func clock(d *Decision, n Node, key string, now time.Time) time.Duration {
+	start, ok := startedAt(n, key)
+	if !ok {
+		d.Annotations[key] = stamp(now)
+		return 0
+	}
+	return now.Sub(start)
+}
+
 // afterValidation is where a validated node goes: uncordon, unless it was
 // cordoned before the upgrade started (then it stays as the admin left it).
 func afterValidation(d *Decision, n Node) {
@@ -304,12 +315,7 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 			}
 			return
 		}
-		start, ok := startedAt(n, AnnotationDeletionStart)
-		if !ok {
-			d.Annotations[AnnotationDeletionStart] = stamp(now)
-			start = now
-		}
-		if p.PodDeletionTimeout > 0 && now.Sub(start) >= p.PodDeletionTimeout {
+		if p.PodDeletionTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.PodDeletionTimeout {
 			d.Annotations[AnnotationDeletionStart] = ""
 			if p.DrainEnabled {
 				d.To = StateDrain
@@ -325,12 +331,7 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 			d.Annotations[AnnotationDeletionStart] = ""
 			return
 		}
-		start, ok := startedAt(n, AnnotationDeletionStart)
-		if !ok {
-			d.Annotations[AnnotationDeletionStart] = stamp(now)
-			start = now
-		}
-		if p.DrainTimeout > 0 && now.Sub(start) >= p.DrainTimeout {
+		if p.DrainTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.DrainTimeout {
 			d.Annotations[AnnotationDeletionStart] = ""
 			fail(d, fmt.Sprintf("drain did not empty the node within %s", p.DrainTimeout))
 			return
@@ -359,10 +360,7 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 		default:
 			// The new pod runs but is not Ready: the validation clock starts now
 			// (NVIDIA waits forever here unless the pod restarts >10 times).
-			start, ok := startedAt(n, AnnotationValidationStart)
-			if !ok {
-				d.Annotations[AnnotationValidationStart] = stamp(now)
-			} else if now.Sub(start) >= p.ValidationTimeout {
+			if clock(d, n, AnnotationValidationStart, now) >= p.ValidationTimeout {
 				d.Annotations[AnnotationValidationStart] = ""
 				fail(d, fmt.Sprintf("the new driver pod %s did not become Ready within %s", pod.Name, p.ValidationTimeout))
 			}

@@ -38,6 +38,8 @@ var (
 	scheme     = k8sruntime.NewScheme()
 	controller *exec.Cmd
 	ctrlLog    string
+	// listening TCP sockets before and after the cluster started
+	listenersBefore, listenersAfter map[string]bool
 )
 
 func repoRoot() string {
@@ -71,10 +73,14 @@ func testMain(m *testing.M) int {
 	}
 	kubeconfig = strings.TrimSpace(kc)
 
+	// Start from no cluster of this name, so every listener it opens is new.
+	_, _ = run(filepath.Join(root, "test/cluster/cluster.sh"), "down")
+	listenersBefore, _ = listeners()
 	start := time.Now()
 	if out, err := run(filepath.Join(root, "test/cluster/cluster.sh"), "up", "--gpu-nodes", "6"); err != nil {
 		return fail("starting the local cluster: %v\n%s", err, out)
 	}
+	listenersAfter, _ = listeners()
 	defer func() {
 		if os.Getenv("NVDRIVER_E2E_KEEP") == "" {
 			_, _ = run(filepath.Join(root, "test/cluster/cluster.sh"), "down")

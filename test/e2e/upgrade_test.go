@@ -345,3 +345,121 @@ spec:
 		return allNodesIn(t, "up-flaky", 3, upgrade.StateDone)
 	})
 }
+
+// stateRank orders the states a node passes through once per upgrade.
+var stateRank = map[string]int{
+	upgrade.StateRequired: 1, upgrade.StateCordon: 2, upgrade.StateWaitForJobs: 3, upgrade.StatePodDeletion: 4,
+	upgrade.StateDrain: 5, upgrade.StatePodRestart: 6, upgrade.StateValidation: 7, upgrade.StateUncordon: 8,
+}
+
+// Killing the controller in the middle of a 20-node rollout: the restarted
+// controller resumes from the node labels, repeating and skipping nothing.
+func TestUpgradeResumesAfterControllerRestart(t *testing.T) {
+	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", "rs", "--gpu-nodes", "14", "--os", "ubuntu22.04", "--extras=false"); err != nil {
+		t.Fatalf("creating nodes: %v\n%s", err, out)
+	}
+	var extra []string
+	for i := 0; i < 14; i++ {
+		extra = append(extra, fmt.Sprintf("rs-%d", i))
+	}
+	t.Cleanup(func() { _, _ = run("kubectl", append([]string{"delete", "node", "--ignore-not-found"}, extra...)...) })
+	all := append([]string{"gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4", "gpu-node-5"}, extra...)
+	labelNodes(t, "rs", "yes", all...)
+	deleteCRs(t, "rs")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: rs}
+spec:
+  version: "470.141.10"
+  nodeSelector: {rs: "yes"}
+  upgradePolicy: {maxParallelUpgrades: 3, maxUnavailable: "100%"}
+`)
+	eventually(t, 2*time.Minute, "rs on 20 nodes", func() error { return allNodesIn(t, "rs", 20, upgrade.StateDone) })
+
+	var mu sync.Mutex
+	maxRank := map[string]int{}
+	podsSeen := map[string]map[string]bool{} // node -> driver pod names
+	var problems []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			nodes := ownedNodes(t, "rs")
+			pods := driverPods(t)
+			mu.Lock()
+			for _, n := range nodes {
+				s := n.Labels[upgrade.LabelState]
+				r, ok := stateRank[s]
+				if !ok {
+					continue
+				}
+				if r < maxRank[n.Name] {
+					problems = append(problems, fmt.Sprintf("%s went back to %s", n.Name, s))
+				}
+				maxRank[n.Name] = max(maxRank[n.Name], r)
+			}
+			for _, p := range pods {
+				if podsSeen[p.Spec.NodeName] == nil {
+					podsSeen[p.Spec.NodeName] = map[string]bool{}
+				}
+				podsSeen[p.Spec.NodeName][p.Name] = true
+			}
+			mu.Unlock()
+		}
+	}()
+
+	kubectl(t, "patch", "nvidiadriver/rs", "--type=json", `-p=[{"op":"replace","path":"/spec/version","value":"525.125.06"}]`)
+	eventually(t, 2*time.Minute, "a third of the nodes done", func() error {
+		doneNodes := 0
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range ownedNodes(t, "rs") {
+			if n.Labels[upgrade.LabelState] == upgrade.StateDone && len(podsSeen[n.Name]) == 2 {
+				doneNodes++
+			}
+		}
+		if doneNodes < 6 {
+			return fmt.Errorf("%d done", doneNodes)
+		}
+		return nil
+	})
+	stopController() // SIGKILL: no lease release, no cleanup
+	if err := startController(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the rollout to finish after the restart", func() error {
+		if err := allNodesIn(t, "rs", 20, upgrade.StateDone); err != nil {
+			return err
+		}
+		for _, p := range driverPods(t) {
+			if p.Labels["nvidia.com/node.os-version"] != "" && !strings.Contains(p.Spec.Containers[0].Image, "525.125.06") {
+				return fmt.Errorf("%s still on %s", p.Name, p.Spec.Containers[0].Image)
+			}
+		}
+		return nil
+	})
+	close(stop)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	// Exactly two driver pods per node: the old one and one new one. More means
+	// a repeated restart; fewer, a skipped node.
+	for _, n := range all {
+		if len(podsSeen[n]) != 2 {
+			t.Errorf("%s had %d driver pods over the rollout, want 2 (old and new)", n, len(podsSeen[n]))
+		}
+	}
+	for _, n := range ownedNodes(t, "rs") {
+		if n.Spec.Unschedulable {
+			t.Errorf("%s left cordoned", n.Name)
+		}
+	}
+}
