@@ -175,11 +175,7 @@ type nodeChange struct {
 // Run plans, validates, then writes: labels first, the CR second, labels
 // restored if the CR write fails.
 func (o *AssignOptions) Run(ctx context.Context) error {
-	c, _, err := clientFor(o.Flags)
-	if err != nil {
-		return err
-	}
-	in, err := readInputs(ctx, c)
+	c, in, err := connectAndRead(ctx, o.Flags)
 	if err != nil {
 		return err
 	}

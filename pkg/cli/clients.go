@@ -90,6 +90,16 @@ type inputs struct {
 	daemonSets []appsv1.DaemonSet
 }
 
+// connectAndRead builds the client and takes the planner's inputs.
+func connectAndRead(ctx context.Context, flags *genericclioptions.ConfigFlags) (client.Client, *inputs, error) {
+	c, _, err := clientFor(flags)
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := readInputs(ctx, c)
+	return c, in, err
+}
+
 func readInputs(ctx context.Context, c client.Client) (*inputs, error) {
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))

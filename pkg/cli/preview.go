@@ -81,11 +81,7 @@ func (o *PreviewOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, _, err := clientFor(o.Flags)
-	if err != nil {
-		return err
-	}
-	in, err := readInputs(ctx, c)
+	_, in, err := connectAndRead(ctx, o.Flags)
 	if err != nil {
 		return err
 	}
