@@ -155,12 +155,14 @@ func stopController() {
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	var err error
 	for time.Now().Before(deadline) {
 		if err = f(); err == nil {
 			return
 		}
-		time.Sleep(200 * time.Millisecond)
+		<-tick.C
 	}
 	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
 }

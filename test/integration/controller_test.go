@@ -101,12 +101,14 @@ func (testLogWriter) Write(p []byte) (int, error) { return len(p), nil }
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	var err error
 	for time.Now().Before(deadline) {
 		if err = f(); err == nil {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		<-tick.C
 	}
 	t.Fatalf("timed out waiting for %s: %v", what, err)
 }
@@ -586,22 +588,3 @@ func reconcileCount(t *testing.T) float64 {
 }
 
 func yamlUnmarshal(data []byte, into any) error { return yaml.Unmarshal(data, into) }
-
-func names(m map[string][]appsv1.DaemonSet) map[string][]string {
-	out := map[string][]string{}
-	for k, v := range m {
-		for _, ds := range v {
-			out[k] = append(out[k], ds.Name)
-		}
-	}
-	return out
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
