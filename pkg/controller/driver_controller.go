@@ -99,13 +99,14 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	r.eventOnNewError(d, pd)
 
-	states := map[string]string{}
+	states, owners := map[string]string{}, map[string]string{}
 	for _, n := range snap.nodes {
 		if s := n.Labels[plan.LabelUpgradeState]; s != "" {
 			states[n.Name] = s
 		}
+		owners[n.Name] = n.Labels[plan.LabelOwner]
 	}
-	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, Namespace: r.Options.Namespace, Failure: failure})
+	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure})
 	if err := r.writeStatus(ctx, d, st); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -23,7 +23,8 @@ var nodeLabelsKey = ctrl.Request{NamespacedName: types.NamespacedName{Name: "nod
 // gpu.present on NFD GPU nodes, deploy.driver=true only where absent or empty,
 // and the owner label routing each GPU node to exactly one CR.
 type NodeLabeler struct {
-	Client client.Client
+	Client    client.Client
+	Namespace string
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -42,11 +43,15 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		}
 	}
 	p := plan.Compute(nodes, snap.drivers)
+	running, err := r.nodesRunningDrivers(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	uncordon := map[string]bool{}
 	for i := range snap.nodes {
 		n := &snap.nodes[i]
 		state, ok := n.Labels[upgrade.LabelState]
-		if !ok || p.Owner[n.Name] != "" {
+		if !ok || p.Owner[n.Name] != "" || n.Labels[plan.LabelOwner] != "" {
 			continue
 		}
 		// The node left every driver (its CR was deleted, or it was relabelled
@@ -61,10 +66,32 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 			}
 		}
 	}
-	for _, n := range nodes {
+	for i, n := range nodes {
 		want, have := p.Owner[n.Name], n.Labels[plan.LabelOwner]
+		target := want
+		if target == "" {
+			target = upgrade.MoveRelease
+		}
+		moving := snap.nodes[i].Annotations[upgrade.AnnotationMoveTo]
 		if want == have {
+			if moving != "" { // the plan changed back: the move is off
+				setAnnotationNull(annChanges, n.Name, upgrade.AnnotationMoveTo)
+			}
 			continue
+		}
+		if have != "" && running[n.Name] {
+			// A driver runs here: swapping it under GPU jobs is what we never do.
+			// The upgrade machine cordons and empties the node, then moves it.
+			if moving != target {
+				setAnnotation(annChanges, n.Name, upgrade.AnnotationMoveTo, target)
+				if st := n.Labels[upgrade.LabelState]; st == "" || st == upgrade.StateDone {
+					set(changes, n.Name, upgrade.LabelState, upgrade.StateRequired)
+				}
+			}
+			continue
+		}
+		if have != "" {
+			log.FromContext(ctx).Info("moving node directly (no driver pod runs there)", "node", n.Name, "from", have, "to", want)
 		}
 		if want == "" {
 			if _, ok := n.Labels[plan.LabelOwner]; ok {
@@ -118,7 +145,30 @@ func setNull(changes map[string]map[string]*string, node, key string) {
 
 // upgradeAnnotations are the per-node annotations of the upgrade machine.
 var upgradeAnnotations = []string{upgrade.AnnotationRequested, upgrade.AnnotationInitialUnsched, upgrade.AnnotationWaitStart,
-	upgrade.AnnotationValidationStart, upgrade.AnnotationDeletionStart}
+	upgrade.AnnotationValidationStart, upgrade.AnnotationDeletionStart, upgrade.AnnotationMoveTo}
+
+func setAnnotation(changes map[string]map[string]*string, node, key, value string) {
+	if changes[node] == nil {
+		changes[node] = map[string]*string{}
+	}
+	v := value
+	changes[node][key] = &v
+}
+
+// nodesRunningDrivers are the nodes where a driver pod runs (not terminating).
+func (r *NodeLabeler) nodesRunningDrivers(ctx context.Context) (map[string]bool, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing driver pods: %w", err)
+	}
+	out := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out[p.Spec.NodeName] = true
+		}
+	}
+	return out, nil
+}
 
 func setAnnotationNull(changes map[string]map[string]*string, node, key string) {
 	if changes[node] == nil {

@@ -100,6 +100,7 @@ func isOurAnnotation(k string) bool {
 		"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
 		"nvidia.com/gpu-driver-upgrade-validation-start-time",
 		"nvidia.com/gpu-driver-upgrade-pod-deletion-start-time",
+		"nvidia.com/gpu-driver-upgrade.move-to",
 		"nvidia.com/gpu-driver-upgrade-enabled":
 		return true
 	}
@@ -208,7 +209,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Named("node-labels").
 		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
-		Complete(&NodeLabeler{Client: c})
+		Complete(&NodeLabeler{Client: c, Namespace: opts.Namespace})
 }
 
 // deletionPredicate passes updates that start a deletion (finalizers hold the object).

@@ -32,6 +32,9 @@ type statusInput struct {
 	Plan       *plan.Driver
 	DaemonSets map[string]*appsv1.DaemonSet // by name; nil entry = not created yet
 	NodeStates map[string]string            // node -> upgrade-state label
+	// NodeOwners are the nodes' current owner labels; a pool node not yet
+	// labelled for this driver is still on its way in (nil: not checked).
+	NodeOwners map[string]string
 	Namespace  string
 	Failure    error // an error reconciling (API failure)
 }
@@ -56,6 +59,15 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 		if ds != nil {
 			s := ds.Status
 			ps.Desired, ps.Ready, ps.Updated, ps.Available = s.DesiredNumberScheduled, s.NumberReady, s.UpdatedNumberScheduled, s.NumberAvailable
+		}
+		pending := 0
+		for _, n := range pool.Nodes {
+			if in.NodeOwners != nil && in.NodeOwners[n] != in.Driver.Name {
+				pending++
+			}
+		}
+		if pending > 0 {
+			notReady = append(notReady, fmt.Sprintf("%s: %d node(s) not yet handed to this driver", pool.DaemonSet, pending))
 		}
 		for _, n := range pool.Nodes {
 			total++

@@ -68,6 +68,17 @@ func TestComputeStatus(t *testing.T) {
 	}
 }
 
+func TestPoolNodeNotYetLabelledIsNotReady(t *testing.T) {
+	pool := plan.Pool{OSTag: "ubuntu22.04", DaemonSet: "ds", Nodes: []string{"a", "b"}}
+	d := &v1alpha1.NVIDIADriver{}
+	d.Name = "gold"
+	st := computeStatus(statusInput{Driver: d, Plan: &plan.Driver{Pools: []plan.Pool{pool}}, DaemonSets: map[string]*appsv1.DaemonSet{"ds": ds(1, 1, 1, 1, 1)},
+		NodeOwners: map[string]string{"a": "gold", "b": "silver"}})
+	if st.State != v1alpha1.NotReady {
+		t.Errorf("state %q with a node still owned by another driver", st.State)
+	}
+}
+
 func TestStatusIsStableAcrossReconciles(t *testing.T) {
 	pool := plan.Pool{OSTag: "ubuntu22.04", DaemonSet: "ds", Nodes: []string{"a"}}
 	d := &v1alpha1.NVIDIADriver{}

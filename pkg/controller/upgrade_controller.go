@@ -52,9 +52,8 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Client.Get(ctx, req.NamespacedName, d); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !d.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
+	// A CR being deleted still runs: its nodes leave through the machine
+	// (cordon, evict, then the move), and its finalizer waits for them.
 	now := time.Now()
 	if r.Now != nil {
 		now = r.Now()
@@ -263,6 +262,9 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			err = r.setUnschedulable(ctx, node, false)
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
 			err = r.evict(ctx, node.Name, a == upgrade.ActDrain)
+		case upgrade.ActMove:
+			// Done in the metadata patch below, with the state, so the owner label
+			// and the machine's state change together.
 		case upgrade.ActDeleteDriverPod:
 			// Last look before the driver goes: no GPU pod may have arrived since
 			// the decision (the node is cordoned, but a bind can race the cordon).
@@ -280,12 +282,29 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 		}
 	}
 	meta := map[string]any{}
+	labels := map[string]any{}
 	if dec.From != dec.To {
 		if dec.To == upgrade.StateUnknown {
-			meta["labels"] = map[string]any{upgrade.LabelState: nil}
+			labels[upgrade.LabelState] = nil
 		} else {
-			meta["labels"] = map[string]any{upgrade.LabelState: dec.To}
+			labels[upgrade.LabelState] = dec.To
 		}
+	}
+	moved := ""
+	for _, a := range dec.Actions {
+		if a != upgrade.ActMove {
+			continue
+		}
+		moved = node.Annotations[upgrade.AnnotationMoveTo]
+		if moved == upgrade.MoveRelease {
+			labels[plan.LabelOwner] = nil
+		} else {
+			labels[plan.LabelOwner] = moved
+		}
+		dec.Annotations[upgrade.AnnotationMoveTo] = ""
+	}
+	if len(labels) > 0 {
+		meta["labels"] = labels
 	}
 	if len(dec.Annotations) > 0 {
 		ann := map[string]any{}
@@ -308,6 +327,13 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
 			return fmt.Errorf("setting upgrade state of %s: %w", node.Name, err)
 		}
+	}
+	if moved != "" {
+		to := moved
+		if to == upgrade.MoveRelease {
+			to = "no driver"
+		}
+		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, upgrade.EventReason, "Move", "node %s: cordoned and emptied of GPU pods, handed to %s", node.Name, to)
 	}
 	if dec.From != dec.To {
 		if dec.To == upgrade.StateFailed {

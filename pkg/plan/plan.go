@@ -62,6 +62,9 @@ type Driver struct {
 	Skipped       []Skipped           `json:"skipped"`
 	Conflicts     []Conflict          `json:"conflicts"`
 	Warnings      []string            `json:"warnings"`
+	// Leaving are nodes still labelled for this driver that the plan gives to
+	// another: they stay in its pools until the controller has moved them.
+	Leaving []string `json:"leaving,omitempty"`
 	// Error is set when the driver cannot work as written (conflict, second
 	// default, unresolvable image); the controller reports it as Error=True.
 	Error *Problem `json:"error,omitempty"`
@@ -212,24 +215,50 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 	}
 	type poolKey struct{ osTag, kernel string }
 	pools := map[string]map[poolKey]*Pool{}
+	// A node is in the pool of the driver it should run (its planned owner) and,
+	// while it is still labelled for another live driver, in that driver's pool
+	// too: the node is leaving, and its running driver must stay until the
+	// controller has emptied the node and moved the label (see pkg/upgrade).
+	type member struct {
+		n       Node
+		owner   string
+		leaving bool
+	}
+	var members []member
 	for _, n := range sortedNodes {
-		owner := p.Owner[n.Name]
+		if owner := p.Owner[n.Name]; owner != "" {
+			members = append(members, member{n: n, owner: owner})
+		}
+		if cur := n.Labels[LabelOwner]; cur != "" && cur != p.Owner[n.Name] && byName[cur] != nil && IsGPUNode(n.Labels) && excluded(n.Labels) == "" {
+			members = append(members, member{n: n, owner: cur, leaving: true})
+		}
+	}
+	for _, m := range members {
+		n, owner := m.n, m.owner
 		d, ok := byName[owner]
-		if owner == "" || !ok {
+		if !ok {
 			continue
 		}
 		pd := out[owner]
-		pd.SelectedNodes = append(pd.SelectedNodes, n.Name)
+		if m.leaving {
+			pd.Leaving = append(pd.Leaving, n.Name)
+		} else {
+			pd.SelectedNodes = append(pd.SelectedNodes, n.Name)
+		}
 		osTag, osSel, ok := OSTag(n.Labels)
 		if !ok {
-			pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingOS})
+			if !m.leaving {
+				pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingOS})
+			}
 			continue
 		}
 		kernel := ""
 		if d.Spec.IsPrecompiled() {
 			kernel = n.Labels[LabelKernel]
 			if kernel == "" {
-				pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingKernel})
+				if !m.leaving {
+					pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingKernel})
+				}
 				continue
 			}
 		}

@@ -377,3 +377,21 @@ func TestGPULabels(t *testing.T) {
 		})
 	}
 }
+
+// A node relabelled from gold to silver stays in gold's pool (leaving) until
+// the controller moves its owner label, so gold's running driver is not deleted
+// under its GPU jobs; silver already plans it.
+func TestLeavingNodeStaysInItsPoolUntilMoved(t *testing.T) {
+	nodes := []Node{gpu("n", "ubuntu22.04", "", "driver.config", "silver", LabelOwner, "gold"), gpu("m", "ubuntu22.04", "", "driver.config", "gold", LabelOwner, "gold")}
+	p := Compute(nodes, []v1alpha1.NVIDIADriver{drv("gold", sel("driver.config", "gold")), drv("silver", sel("driver.config", "silver"))})
+	gold, silver := p.DriverByName("gold"), p.DriverByName("silver")
+	if p.Owner["n"] != "silver" {
+		t.Errorf("planned owner of n = %q", p.Owner["n"])
+	}
+	if len(gold.Pools) != 1 || strings.Join(gold.Pools[0].Nodes, ",") != "m,n" || strings.Join(gold.Leaving, ",") != "n" {
+		t.Errorf("gold pools %+v leaving %v", gold.Pools, gold.Leaving)
+	}
+	if strings.Join(gold.SelectedNodes, ",") != "m" || strings.Join(silver.SelectedNodes, ",") != "n" {
+		t.Errorf("selected: gold %v silver %v", gold.SelectedNodes, silver.SelectedNodes)
+	}
+}

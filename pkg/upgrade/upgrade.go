@@ -45,6 +45,11 @@ const (
 	AnnotationValidationStart = "nvidia.com/gpu-driver-upgrade-validation-start-time"
 	// AnnotationDeletionStart is ours: when GPU pod eviction began, for its timeout.
 	AnnotationDeletionStart = "nvidia.com/gpu-driver-upgrade-pod-deletion-start-time"
+	// AnnotationMoveTo is ours: the node is moving to another NVIDIADriver (its
+	// name, or MoveRelease when no driver takes it). The owner label changes only
+	// once the node is cordoned and emptied of GPU pods.
+	AnnotationMoveTo = "nvidia.com/gpu-driver-upgrade.move-to"
+	MoveRelease      = "-"
 	// EventReason is NVIDIA's event reason for upgrade steps.
 	EventReason = "GPUDriverUpgrade"
 )
@@ -88,6 +93,9 @@ type Node struct {
 	// EvictionBlocked is set when the last eviction attempt was refused (PDB).
 	EvictionBlocked bool
 }
+
+// MoveTo is where the node is moving, "" when it is not.
+func (n Node) MoveTo() string { return n.Annotations[AnnotationMoveTo] }
 
 // Policy is a CR's upgradePolicy with defaults applied.
 type Policy struct {
@@ -155,6 +163,9 @@ const (
 	ActEvictGPUPods    Action = "evict-gpu-pods"
 	ActDrain           Action = "drain"
 	ActDeleteDriverPod Action = "delete-driver-pod"
+	// ActMove hands the emptied, cordoned node to its new driver: the owner
+	// label changes and the old DaemonSet's pod leaves.
+	ActMove Action = "move"
 )
 
 // Decision is the outcome for one node.
@@ -273,9 +284,12 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 	switch n.State {
 	case StateUnknown, StateDone:
 		if pod == nil {
+			if n.MoveTo() != "" {
+				d.Actions = append(d.Actions, ActMove) // no driver runs here: nothing to protect
+			}
 			return // no driver pod here (yet): nothing to upgrade
 		}
-		requested := n.Annotations[AnnotationRequested] == "true"
+		requested := n.Annotations[AnnotationRequested] == "true" || n.MoveTo() != ""
 		if (!pod.InSync && p.AutoUpgrade) || requested {
 			d.To = StateRequired
 			if n.Unschedulable {
@@ -339,6 +353,10 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 		d.Actions = append(d.Actions, ActDrain)
 	case StatePodRestart:
 		switch {
+		case n.MoveTo() != "" && n.GPUPods > 0:
+			d.To = StatePodDeletion
+		case n.MoveTo() != "":
+			d.Actions = append(d.Actions, ActMove)
 		case n.GPUPods > 0 && (pod == nil || !pod.InSync):
 			// A GPU pod landed after the eviction (the scheduler can bind one
 			// that raced the cordon): empty the node again before touching the driver.

@@ -83,6 +83,10 @@ func TestNext(t *testing.T) {
 		{"uncordon -> done", Node{State: StateUncordon, Unschedulable: true}, defaults(), StateDone, []Action{ActUncordon}, nil, false},
 		{"failed, pod fixed -> uncordon", Node{State: StateFailed, DriverPod: fresh, Unschedulable: true}, defaults(), StateUncordon, nil, nil, false},
 		{"failed, pod still bad -> stays", Node{State: StateFailed, DriverPod: booting, Unschedulable: true}, defaults(), StateFailed, nil, nil, false},
+		{"move requested -> required", Node{State: StateDone, DriverPod: fresh, Annotations: map[string]string{AnnotationMoveTo: "gold"}}, noAuto, StateRequired, nil, nil, false},
+		{"move with no driver pod -> move at once", Node{State: StateDone, Annotations: map[string]string{AnnotationMoveTo: "gold"}}, defaults(), StateDone, []Action{ActMove}, nil, false},
+		{"move at pod-restart, emptied -> move", Node{State: StatePodRestart, DriverPod: fresh, Annotations: map[string]string{AnnotationMoveTo: "gold"}}, defaults(), StatePodRestart, []Action{ActMove}, nil, false},
+		{"move at pod-restart, GPU pod back -> pod-deletion", Node{State: StatePodRestart, DriverPod: fresh, GPUPods: 1, Annotations: map[string]string{AnnotationMoveTo: "gold"}}, defaults(), StatePodDeletion, nil, nil, false},
 		{"skip label -> untouched", Node{State: StateDone, DriverPod: stale, Skip: true}, defaults(), StateDone, nil, nil, false},
 		{"unknown foreign state -> restart", Node{State: "node-maintenance-required"}, defaults(), StateUnknown, nil, nil, false},
 	}

@@ -265,7 +265,9 @@ func TestAssignMovesAndRollsBack(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "reject-rollback-me"},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"},
+				// CREATE only: the controller must still be able to update (and
+				// remove the finalizer of) a probe admitted before the policy took effect.
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{"nvidia.com"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"nvidiadrivers"}}}}}},
 			Validations: []admissionregistrationv1.Validation{{Expression: "object.metadata.name != 'rollback-me' || request.dryRun == true", Message: "rejected for the rollback test"}},
 		},
@@ -283,11 +285,16 @@ func TestAssignMovesAndRollsBack(t *testing.T) {
 		t.Cleanup(func() { _ = k8s.Delete(ctx, o) })
 	}
 	eventually(t, "the policy to take effect", func() error {
-		probe := nvd("rollback-me", `{"version": "1.0"}`)
+		probe := nvd("rollback-me", `{"version": "1.0", "nodeSelector": {"probe": "selects-nothing"}}`)
 		err := k8s.Create(ctx, probe)
 		if err == nil {
-			_ = k8s.Delete(ctx, probe)
+			// Admitted before the policy took effect: remove it (the finalizer
+			// makes that asynchronous) and try again.
+			deleteDriver(t, "rollback-me")
 			return fmt.Errorf("policy not active yet")
+		}
+		if !strings.Contains(err.Error(), "rejected for the rollback test") {
+			return fmt.Errorf("unexpected error: %v", err)
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -95,7 +96,12 @@ func startController(t *testing.T) {
 // testLogWriter drops controller logs unless NVDRIVER_TEST_LOGS is set.
 type testLogWriter struct{}
 
-func (testLogWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (testLogWriter) Write(p []byte) (int, error) {
+	if os.Getenv("NVDRIVER_TEST_LOGS") != "" {
+		return os.Stderr.Write(p)
+	}
+	return len(p), nil
+}
 
 // eventually polls f until it returns nil or the deadline passes.
 func eventually(t *testing.T, what string, f func() error) {
