@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -244,3 +245,21 @@ func TestDoctorWithoutCRD(t *testing.T) {
 }
 
 func resourceQty(s string) resource.Quantity { return resource.MustParse(s) }
+
+func TestPreviewShowsPendingMoves(t *testing.T) {
+	nodes := []plan.Node{fixtureNode("n1", "ubuntu22.04", "k", "driver.config", "silver", plan.LabelOwner, "gold")}
+	drivers := []v1alpha1.NVIDIADriver{
+		fixtureDriver("gold", "550.90.07", map[string]string{"driver.config": "gold"}),
+		fixtureDriver("silver", "535.104.12", map[string]string{"driver.config": "silver"}),
+	}
+	var buf bytes.Buffer
+	if err := PrintPlanTable(&buf, plan.Compute(nodes, drivers), nil, false, print.NewStyles(&buf, true)); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "Pending moves (1 node(s))") || !regexpMatch(`n1\s+gold\s+silver`, out) {
+		t.Errorf("no pending move shown:\n%s", out)
+	}
+}
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }

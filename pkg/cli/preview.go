@@ -286,6 +286,19 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 	if err := section(st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), []string{"node", "selected by"}, conflicts); err != nil {
 		return err
 	}
+	var moves [][]string
+	for _, d := range p.Drivers {
+		for _, n := range d.Leaving {
+			to := p.Owner[n]
+			if to == "" {
+				to = "<none>"
+			}
+			moves = append(moves, []string{n, d.Name, to})
+		}
+	}
+	if err := section(st.Warn(fmt.Sprintf("Pending moves (%d node(s)): each is cordoned and emptied of GPU pods before its driver changes", len(moves))), []string{"node", "from", "to"}, moves); err != nil {
+		return err
+	}
 	if err := section(fmt.Sprintf("Skipped nodes (%d)", len(skipped)), []string{"node", "driver", "reason", "why"}, skipped); err != nil {
 		return err
 	}
