@@ -124,7 +124,7 @@ func run() int {
 	}
 	// Once leader: make sure what the driver pods need is in place.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := controller.EnsureDriverPodObjects(ctx, mgr.GetClient(), namespace); err != nil {
+		if err := controller.EnsureDriverPodObjects(ctx, mgr.GetAPIReader(), mgr.GetClient(), namespace); err != nil {
 			logger.Error(err, "ensuring the driver pods' ServiceAccount, RBAC and startup probe ConfigMap")
 		}
 		<-ctx.Done()

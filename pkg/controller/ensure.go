@@ -50,11 +50,13 @@ func driverPodObjects(namespace string) []client.Object {
 }
 
 // EnsureDriverPodObjects creates what is missing and repairs what drifted;
-// it writes nothing when everything is in place.
-func EnsureDriverPodObjects(ctx context.Context, c client.Client, namespace string) error {
+// it writes nothing when everything is in place. It reads through r without a
+// cache (a cache would need list/watch on every ServiceAccount, ConfigMap and
+// ClusterRole of the cluster, which the controller's RBAC does not grant).
+func EnsureDriverPodObjects(ctx context.Context, r client.Reader, c client.Client, namespace string) error {
 	for _, want := range driverPodObjects(namespace) {
 		have := want.DeepCopyObject().(client.Object)
-		err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
+		err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
 		if apierrors.IsNotFound(err) {
 			if err := c.Create(ctx, want, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating %T %s: %w", want, want.GetName(), err)

@@ -38,6 +38,8 @@ var (
 	scheme     = k8sruntime.NewScheme()
 	controller *exec.Cmd
 	ctrlLog    string
+	// controllerKubeconfig impersonates the chart's ServiceAccount.
+	controllerKubeconfig string
 	// listening TCP sockets before and after the cluster started
 	listenersBefore, listenersAfter map[string]bool
 )
@@ -105,6 +107,12 @@ func testMain(m *testing.M) int {
 		return fail("creating the namespace: %v\n%s", err, out)
 	}
 
+	// The controller runs as the chart's ServiceAccount (impersonated), so a
+	// permission the chart forgot fails the suite.
+	if err := installChartRBAC(); err != nil {
+		return fail("%v", err)
+	}
+
 	binDir, err = os.MkdirTemp("", "nvdriver-e2e-bin")
 	if err != nil {
 		return fail("%v", err)
@@ -137,7 +145,7 @@ func startController(extra ...string) error {
 		return err
 	}
 	ctrlLog = f.Name()
-	args := append([]string{"--kubeconfig", kubeconfig, "--namespace", driverNS, "--leader-elect=true",
+	args := append([]string{"--kubeconfig", controllerKubeconfig, "--namespace", driverNS, "--leader-elect=true",
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--validation-timeout", "15s"}, extra...)
 	controller = exec.Command(filepath.Join(binDir, "controller"), args...)
 	controller.Stdout, controller.Stderr = f, f
@@ -217,3 +225,46 @@ func podReady(p *corev1.Pod) bool {
 }
 
 func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
+
+// chartServiceAccount is the controller's identity in the chart (release "nvdriver").
+const chartServiceAccount = "system:serviceaccount:" + driverNS + ":nvdriver-controller"
+
+// installChartRBAC applies the chart's ServiceAccount and RBAC (not its
+// Deployment or default CR) and writes a kubeconfig that impersonates it.
+func installChartRBAC() error {
+	helmDir, err := exec.Command(filepath.Join(root, "test", "tools", "build.sh"), "helm").Output()
+	if err != nil {
+		return fmt.Errorf("building helm: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(helmDir)), "\n")
+	helm := filepath.Join(lines[len(lines)-1], "helm")
+	rendered, err := run(helm, "template", "nvdriver", "charts/nvdriver", "-n", driverNS,
+		"--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+	if err != nil {
+		return fmt.Errorf("helm template: %v\n%s", err, rendered)
+	}
+	cmd := exec.Command("kubectl", "apply", "-f", "-")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdin = strings.NewReader(rendered)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("applying the chart's RBAC: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return err
+	}
+	for _, u := range cfg.AuthInfos {
+		u.Impersonate = chartServiceAccount
+	}
+	f, err := os.CreateTemp("", "nvdriver-controller-kubeconfig-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	controllerKubeconfig = f.Name()
+	return clientcmd.WriteToFile(*cfg, controllerKubeconfig)
+}

@@ -80,7 +80,7 @@ func startController(t *testing.T) {
 			startErr = err
 			return
 		}
-		if err := controller.EnsureDriverPodObjects(ctx, k8s, driverNS); err != nil {
+		if err := controller.EnsureDriverPodObjects(ctx, k8s, k8s, driverNS); err != nil {
 			startErr = err
 			return
 		}
@@ -546,7 +546,7 @@ func TestControllerEnsuresDriverPodObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.EnsureDriverPodObjects(ctx, c, driverNS); err != nil {
+	if err := controller.EnsureDriverPodObjects(ctx, c, c, driverNS); err != nil {
 		t.Fatal(err)
 	}
 	if w := writes.Load(); w != 0 {
@@ -557,7 +557,7 @@ func TestControllerEnsuresDriverPodObjects(t *testing.T) {
 	if err := k8s.Update(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.EnsureDriverPodObjects(ctx, c, driverNS); err != nil {
+	if err := controller.EnsureDriverPodObjects(ctx, c, c, driverNS); err != nil {
 		t.Fatal(err)
 	}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)
