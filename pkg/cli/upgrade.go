@@ -19,10 +19,8 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli/print"
 	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
-
-// UpgradeRequestedAnnotation asks for one node's upgrade (NVIDIA's key).
-const UpgradeRequestedAnnotation = "nvidia.com/gpu-driver-upgrade-requested"
 
 // UpgradeOptions holds the flags of `kubectl nvdriver upgrade`.
 type UpgradeOptions struct {
@@ -137,7 +135,7 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 	}
 	for _, n := range nodes {
 		if o.DryRun != "client" {
-			body := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, UpgradeRequestedAnnotation))
+			body := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, upgrade.AnnotationRequested))
 			opts := []client.PatchOption{client.FieldOwner(FieldManager)}
 			if o.DryRun == "server" {
 				opts = append(opts, client.DryRunAll)

@@ -60,7 +60,7 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		if upgrade.InProgress(state) && n.Spec.Unschedulable && n.Annotations[upgrade.AnnotationInitialUnsched] != "true" {
 			uncordon[n.Name] = true
 		}
-		for _, k := range upgradeAnnotations {
+		for _, k := range upgrade.NodeAnnotations {
 			if _, ok := n.Annotations[k]; ok {
 				setAnnotationNull(annChanges, n.Name, k)
 			}
@@ -142,10 +142,6 @@ func setNull(changes map[string]map[string]*string, node, key string) {
 	}
 	changes[node][key] = nil
 }
-
-// upgradeAnnotations are the per-node annotations of the upgrade machine.
-var upgradeAnnotations = []string{upgrade.AnnotationRequested, upgrade.AnnotationInitialUnsched, upgrade.AnnotationWaitStart,
-	upgrade.AnnotationValidationStart, upgrade.AnnotationDeletionStart, upgrade.AnnotationMoveTo}
 
 func setAnnotation(changes map[string]map[string]*string, node, key, value string) {
 	if changes[node] == nil {

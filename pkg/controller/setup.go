@@ -6,6 +6,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +27,7 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // Options configure the controller.
@@ -93,19 +95,7 @@ func trimNode(obj any) (any, error) {
 	return out, nil
 }
 
-func isOurAnnotation(k string) bool {
-	switch k {
-	case "nvidia.com/gpu-driver-upgrade-requested",
-		"nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable",
-		"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
-		"nvidia.com/gpu-driver-upgrade-validation-start-time",
-		"nvidia.com/gpu-driver-upgrade-pod-deletion-start-time",
-		"nvidia.com/gpu-driver-upgrade.move-to",
-		"nvidia.com/gpu-driver-upgrade-enabled":
-		return true
-	}
-	return false
-}
+func isOurAnnotation(k string) bool { return slices.Contains(upgrade.NodeAnnotations, k) }
 
 // planLabels are the node labels the plan (and readiness) reads; a node event
 // that changes none of them is ignored.

@@ -70,7 +70,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(nodes.Items) == 0 {
 		return ctrl.Result{}, nil
 	}
-	pods, err := r.driverPods(ctx, d)
+	pods, podObjs, err := r.driverPods(ctx, d)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -113,7 +113,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if !dec.Changed() {
 			continue
 		}
-		if err := r.execute(ctx, d, byName[dec.Node], dec); err != nil {
+		if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], dec); err != nil {
 			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 			if firstErr == nil {
 				firstErr = err
@@ -126,11 +126,12 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{}, firstErr
 }
 
-// driverPods maps node name -> this CR's driver pod there.
-func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver) (map[string]*upgrade.DriverPod, error) {
+// driverPods maps node name -> this CR's driver pod there, as the machine
+// sees it and as the object to delete.
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
 	dss := &appsv1.DaemonSetList{}
 	if err := r.Client.List(ctx, dss, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	gen := map[types.UID]string{}
 	for _, ds := range dss.Items {
@@ -138,9 +139,10 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	}
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := map[string]*upgrade.DriverPod{}
+	objs := map[string]*corev1.Pod{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		ref := metav1.GetControllerOf(p)
@@ -159,9 +161,10 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		// Prefer the live pod over one being deleted.
 		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
 			out[p.Spec.NodeName] = dp
+			objs[p.Spec.NodeName] = p
 		}
 	}
-	return out, nil
+	return out, objs, nil
 }
 
 func (r *UpgradeReconciler) podsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
@@ -252,7 +255,7 @@ func nodeReady(n *corev1.Node) bool {
 
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done).
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dec upgrade.Decision) error {
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, dec upgrade.Decision) error {
 	for _, a := range dec.Actions {
 		var err error
 		switch a {
@@ -275,7 +278,12 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			if len(gpuPods(onNode)) > 0 {
 				return nil // the next pass sends the node back to pod-deletion-required
 			}
-			err = r.deleteDriverPod(ctx, d, node.Name)
+			// The machine only asks for this when the pod is out of sync.
+			if driverPod != nil && driverPod.DeletionTimestamp == nil {
+				if err = r.Client.Delete(ctx, driverPod, client.Preconditions{UID: &driverPod.UID}); apierrors.IsNotFound(err) {
+					err = nil
+				}
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s on %s: %w", a, node.Name, err)
@@ -382,36 +390,6 @@ func (r *UpgradeReconciler) evict(ctx context.Context, node string, drain bool) 
 				continue // blocked by a PodDisruptionBudget, or already gone
 			}
 			return fmt.Errorf("evicting %s/%s: %w", p.Namespace, p.Name, err)
-		}
-	}
-	return nil
-}
-
-func (r *UpgradeReconciler) deleteDriverPod(ctx context.Context, d *v1alpha1.NVIDIADriver, node string) error {
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace)); err != nil {
-		return err
-	}
-	dss := &appsv1.DaemonSetList{}
-	if err := r.Client.List(ctx, dss, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}); err != nil {
-		return err
-	}
-	owned := map[types.UID]string{}
-	for _, ds := range dss.Items {
-		owned[ds.UID] = ds.Annotations[templateGenerationAnnotation]
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		ref := metav1.GetControllerOf(p)
-		if p.Spec.NodeName != node || ref == nil || p.DeletionTimestamp != nil {
-			continue
-		}
-		want, ok := owned[ref.UID]
-		if !ok || p.Labels[podTemplateGenerationLabel] == want {
-			continue
-		}
-		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return err
 		}
 	}
 	return nil

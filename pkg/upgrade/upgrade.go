@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
 // States (the values of LabelState).
@@ -30,14 +31,14 @@ const (
 	StatePodRestart      = "pod-restart-required"
 	StateValidation      = "validation-required"
 	StateUncordon        = "uncordon-required"
-	StateDone            = "upgrade-done"
-	StateFailed          = "upgrade-failed"
+	StateDone            = plan.UpgradeDone
+	StateFailed          = plan.UpgradeFailed
 	maxDriverPodRestarts = 10
 )
 
 // Node labels and annotations (NVIDIA's, driver name "gpu").
 const (
-	LabelState                = "nvidia.com/gpu-driver-upgrade-state"
+	LabelState                = plan.LabelUpgradeState
 	LabelSkip                 = "nvidia.com/gpu-driver-upgrade.skip"
 	AnnotationRequested       = "nvidia.com/gpu-driver-upgrade-requested"
 	AnnotationInitialUnsched  = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
@@ -53,6 +54,11 @@ const (
 	// EventReason is NVIDIA's event reason for upgrade steps.
 	EventReason = "GPUDriverUpgrade"
 )
+
+// NodeAnnotations are every node annotation the machine writes: the node
+// cache keeps them, and a node leaving every driver has them removed.
+var NodeAnnotations = []string{AnnotationRequested, AnnotationInitialUnsched, AnnotationWaitStart,
+	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, "nvidia.com/gpu-driver-upgrade-enabled"}
 
 // DefaultValidationTimeout bounds validation-required (NVIDIA hard-codes 600s).
 const DefaultValidationTimeout = 600 * time.Second
