@@ -42,6 +42,10 @@ type Options struct {
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"
 
+// runByIndex indexes nodes by the NVIDIADriver whose upgrade machine carries
+// them (upgrade.RunBy): the owner, or the destination of a move.
+const runByIndex = "nvdriver.runBy"
+
 // CacheOptions keeps the cache small at thousands of nodes: nodes keep only
 // what the plan and the upgrade logic read (SPEC §6 "Node cache"), and only our
 // DaemonSets in the driver namespace are cached.
@@ -154,6 +158,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Node{}, runByIndex, func(o client.Object) []string {
+		if by := upgrade.RunBy(o.GetLabels()[plan.LabelOwner], o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != "" {
+			return []string{by}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	c := mgr.GetClient()
 
 	allDrivers := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -218,11 +230,18 @@ func deletionPredicate() predicate.Funcs {
 // nodes, its driver pods and its DaemonSets.
 func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler) error {
 	c := mgr.GetClient()
+	// Both the owner and the CR running the node: when a move starts, the
+	// owner must see the node leave its budget.
 	ownerOfNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if owner := o.GetLabels()[plan.LabelOwner]; owner != "" {
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: owner}}}
+		var reqs []reconcile.Request
+		owner := o.GetLabels()[plan.LabelOwner]
+		if owner != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: owner}})
 		}
-		return nil
+		if by := upgrade.RunBy(owner, o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != owner {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: by}})
+		}
+		return reqs
 	})
 	ownerOfPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		ref := metav1.GetControllerOf(o)

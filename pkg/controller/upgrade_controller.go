@@ -63,14 +63,16 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		policy.ValidationTimeout = r.Options.ValidationTimeout
 	}
 
+	// The nodes this CR's machine carries: its own, less those moving to
+	// another CR, plus those moving in (a move counts against the destination).
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingLabels{plan.LabelOwner: d.Name}); err != nil {
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{runByIndex: d.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(nodes.Items) == 0 {
 		return ctrl.Result{}, nil
 	}
-	pods, podObjs, err := r.driverPods(ctx, d)
+	pods, podObjs, err := r.driverPods(ctx, d, nodes.Items)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -126,16 +128,34 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{}, firstErr
 }
 
-// driverPods maps node name -> this CR's driver pod there, as the machine
-// sees it and as the object to delete.
-func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
+// driverPods maps node name -> the driver pod there, as the machine sees it
+// and as the object to delete: this CR's pods, and on nodes moving in from
+// another CR that CR's pod (never in sync: it is the driver being replaced).
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []corev1.Node) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
+	movingIn := map[string]bool{}
+	for i := range nodes {
+		if nodes[i].Labels[plan.LabelOwner] != d.Name {
+			movingIn[nodes[i].Name] = true
+		}
+	}
 	dss := &appsv1.DaemonSetList{}
-	if err := r.Client.List(ctx, dss, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}); err != nil {
+	opts := []client.ListOption{client.InNamespace(r.Options.Namespace)}
+	if len(movingIn) == 0 {
+		opts = append(opts, client.MatchingFields{ownerIndex: string(d.UID)})
+	}
+	if err := r.Client.List(ctx, dss, opts...); err != nil {
 		return nil, nil, err
 	}
 	gen := map[types.UID]string{}
+	foreign := map[types.UID]bool{}
 	for _, ds := range dss.Items {
-		gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+		ref := metav1.GetControllerOf(&ds)
+		switch {
+		case ref != nil && ref.UID == d.UID:
+			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+		case ref != nil && ref.Kind == "NVIDIADriver":
+			foreign[ds.UID] = true
+		}
 	}
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace)); err != nil {
@@ -150,7 +170,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 			continue
 		}
 		want, ok := gen[ref.UID]
-		if !ok {
+		if !ok && !(foreign[ref.UID] && movingIn[p.Spec.NodeName]) {
 			continue
 		}
 		dp := &upgrade.DriverPod{Name: p.Name, InSync: want != "" && p.Labels[podTemplateGenerationLabel] == want,

@@ -78,8 +78,14 @@ type Pool struct {
 	DaemonSet string   `json:"daemonSet"`
 	Image     string   `json:"image"`
 	Nodes     []string `json:"nodes"`
-	// NodeSelector is the pool part of the pod nodeSelector: the user's
-	// selector, gpu.present, the owner label, the OS labels (and the kernel).
+	// NodeSelector is the pool part of the pod nodeSelector: gpu.present, the
+	// owner label, the OS labels (and the kernel). The user's spec.nodeSelector
+	// is deliberately left out (NVIDIA puts it in): the owner label already
+	// carries the selection, and with the user's labels in the template a
+	// relabelled node would lose its driver pod to the DaemonSet controller at
+	// once, under running GPU jobs, before the move protocol could drain it;
+	// a selector edit would also change the template and restart every pod
+	// (NVIDIA's gpu-operator#1661).
 	NodeSelector map[string]string `json:"-"`
 }
 
@@ -268,14 +274,13 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 		key := poolKey{osTag, kernel}
 		pool := pools[owner][key]
 		if pool == nil {
-			sel := make(map[string]string, len(d.Spec.NodeSelector)+5)
-			maps.Copy(sel, d.Spec.NodeSelector)
+			sel := make(map[string]string, 5)
 			sel[LabelGPUPresent] = "true"
 			maps.Copy(sel, osSel)
 			if kernel != "" {
 				sel[LabelKernel] = kernel
 			}
-			sel[LabelOwner] = d.Name // last, so a user selector can never override it
+			sel[LabelOwner] = d.Name
 			img, err := Image(&d.Spec, osTag, kernel)
 			if err != nil && pd.Error == nil {
 				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve the driver image: %v", err)}

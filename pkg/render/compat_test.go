@@ -232,6 +232,14 @@ func TestCompatibleWithNVIDIARenderedDaemonSets(t *testing.T) {
 				}
 			}
 			for k, v := range theirs.Spec.Template.Spec.NodeSelector {
+				if _, user := spec.NodeSelector[k]; user {
+					// Intended: the user's selector reaches the pod through the
+					// owner label only (see plan.Pool.NodeSelector).
+					if _, there := ours.Spec.Template.Spec.NodeSelector[k]; there {
+						t.Errorf("nodeSelector %s: the user's selector must not be in the pod template", k)
+					}
+					continue
+				}
 				if ours.Spec.Template.Spec.NodeSelector[k] != v {
 					t.Errorf("nodeSelector %s: NVIDIA %q, ours %q", k, v, ours.Spec.Template.Spec.NodeSelector[k])
 				}

@@ -170,7 +170,8 @@ func TestLayoutRules(t *testing.T) {
 	if tpl.Labels["team"] != "a" || ds.Labels[LabelState] != StateDriver {
 		t.Errorf("labels = %v / %v", tpl.Labels, ds.Labels)
 	}
-	wantSel := map[string]string{plan.LabelDeployDriver: "true", "pool": "a", plan.LabelGPUPresent: "true", plan.LabelOwner: "x",
+	// The user's "pool" selector reaches the pod only through the owner label.
+	wantSel := map[string]string{plan.LabelDeployDriver: "true", plan.LabelGPUPresent: "true", plan.LabelOwner: "x",
 		plan.LabelOSID: "ubuntu", plan.LabelOSVersion: "22.04"}
 	if len(tpl.Spec.NodeSelector) != len(wantSel) {
 		t.Errorf("nodeSelector = %v, want %v", tpl.Spec.NodeSelector, wantSel)

@@ -103,6 +103,17 @@ type Node struct {
 // MoveTo is where the node is moving, "" when it is not.
 func (n Node) MoveTo() string { return n.Annotations[AnnotationMoveTo] }
 
+// RunBy names the NVIDIADriver whose upgrade machine carries a node with this
+// owner label and move-to annotation: a node moving to another CR counts
+// against the destination's budget (SPEC §6), so the destination runs it from
+// the start of the move; a node being released stays with its owner.
+func RunBy(owner, moveTo string) string {
+	if moveTo != "" && moveTo != MoveRelease {
+		return moveTo
+	}
+	return owner
+}
+
 // Policy is a CR's upgradePolicy with defaults applied.
 type Policy struct {
 	AutoUpgrade         bool

@@ -278,3 +278,16 @@ func TestRolloutSimulation(t *testing.T) {
 		}
 	}
 }
+
+func TestRunBy(t *testing.T) {
+	for _, tc := range []struct{ owner, moveTo, want string }{
+		{"gold", "", "gold"},
+		{"gold", "silver", "silver"}, // the destination's budget
+		{"gold", MoveRelease, "gold"},
+		{"", "", ""},
+	} {
+		if got := RunBy(tc.owner, tc.moveTo); got != tc.want {
+			t.Errorf("RunBy(%q, %q) = %q, want %q", tc.owner, tc.moveTo, got, tc.want)
+		}
+	}
+}
