@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"k8s.io/apimachinery/pkg/labels"
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,7 @@ func run() int {
 	flag.StringVar(&hostRoot, "host-root", "/", "host root filesystem path mounted into the driver manager")
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
 	flag.BoolVar(&labelPrivileged, "label-namespace-privileged", false, "label the driver namespace pod-security.kubernetes.io/enforce=privileged (driver pods are privileged)")
+	validationSelector := flag.String("validation-pod-selector", "", "label selector of pods that must be Ready on a node before its upgrade validates (e.g. app=nvidia-operator-validator); empty: the driver pod alone")
 	validationTimeout := flag.Duration("validation-timeout", 0, "how long a new driver pod may take to become Ready before its node is marked upgrade-failed (default 10m)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -63,6 +65,12 @@ func run() int {
 	}
 	if leNamespace == "" {
 		leNamespace = namespace
+	}
+	if *validationSelector != "" {
+		if _, err := labels.Parse(*validationSelector); err != nil {
+			fmt.Fprintf(os.Stderr, "error: --validation-pod-selector %q: %v\n", *validationSelector, err)
+			return 1
+		}
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	logger := ctrl.Log.WithName("setup")
@@ -118,7 +126,7 @@ func run() int {
 		logger.Error(err, "creating the manager")
 		return 1
 	}
-	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout, ValidationPodSelector: *validationSelector}); err != nil {
 		logger.Error(err, "setting up the controllers")
 		return 1
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// ValidationTimeout overrides how long a new driver pod may take to become
 	// Ready before its node is upgrade-failed (0: the policy default, 600s).
 	ValidationTimeout time.Duration
+	// ValidationPodSelector, when set, must match a Ready pod on the node
+	// (e.g. NVIDIA's app=nvidia-operator-validator) before validation passes.
+	ValidationPodSelector string
 }
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"

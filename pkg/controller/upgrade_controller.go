@@ -89,6 +89,13 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if in.Annotations == nil {
 			in.Annotations = map[string]string{}
 		}
+		if in.State == upgrade.StateValidation && r.Options.ValidationPodSelector != "" {
+			onNode, err := r.podsOnNode(ctx, n.Name)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
+		}
 		switch in.State {
 		case upgrade.StateWaitForJobs, upgrade.StatePodDeletion, upgrade.StateDrain, upgrade.StatePodRestart:
 			onNode, err := r.podsOnNode(ctx, n.Name)
@@ -253,6 +260,21 @@ func countMatching(pods []corev1.Pod, selector string) int {
 		}
 	}
 	return n
+}
+
+// anyReadyMatching: some pod matching the selector is Ready (the selector was
+// validated at start-up).
+func anyReadyMatching(pods []corev1.Pod, selector string) bool {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return false
+	}
+	for i := range pods {
+		if sel.Matches(labels.Set(pods[i].Labels)) && pods[i].DeletionTimestamp == nil && podIsReady(&pods[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 func podIsReady(p *corev1.Pod) bool {

@@ -98,6 +98,10 @@ type Node struct {
 	JobPods int
 	// EvictionBlocked is set when the last eviction attempt was refused (PDB).
 	EvictionBlocked bool
+	// ValidatorsPending is true while the validation pod selector (the
+	// controller's --validation-pod-selector, e.g. NVIDIA's operator validator)
+	// matches no Ready pod on the node; read only in validation-required.
+	ValidatorsPending bool
 }
 
 // MoveTo is where the node is moving, "" when it is not.
@@ -401,7 +405,7 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 			}
 		}
 	case StateValidation:
-		if pod != nil && pod.InSync && pod.Ready {
+		if pod != nil && pod.InSync && pod.Ready && !n.ValidatorsPending {
 			afterValidation(d, n)
 			d.Annotations[AnnotationValidationStart] = ""
 			return
@@ -416,6 +420,10 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 			name := "(none)"
 			if pod != nil {
 				name = pod.Name
+			}
+			if pod != nil && pod.InSync && pod.Ready && n.ValidatorsPending {
+				fail(d, fmt.Sprintf("no validation pod became Ready on the node within %s (driver pod %s is Ready)", p.ValidationTimeout, name))
+				return
 			}
 			fail(d, fmt.Sprintf("the new driver pod %s did not become Ready within %s", name, p.ValidationTimeout))
 		}
