@@ -16,7 +16,10 @@ KREW_TAG ?= $(shell v=$$(git describe --tags --match 'v*' 2>/dev/null || true); 
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
 
 
-.PHONY: all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
+BENCH_NODES ?= 1000
+BENCH_FLAGS ?=
+
+.PHONY: bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
 
 all: build
 
@@ -68,6 +71,17 @@ test: ## everything CI runs: lint, unit, integration, packaging and end-to-end t
 	$(MAKE) --no-print-directory test-packaging; \
 	$(MAKE) --no-print-directory test-e2e; \
 	echo ">> make test passed in $$(( $$(date +%s) - start ))s"
+
+bench-micro: ## Go micro-benchmarks: plan.Compute and render at 100-5,000 nodes x 20 CRs, with allocations
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/plan ./pkg/render
+
+bench: bench-micro ## micro-benchmarks + the 1,000-node cluster benchmark (BENCH_NODES=N for others; ~15 min)
+	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl >/dev/null
+	$(GO) run ./test/bench/run --nodes $(BENCH_NODES) --out bench-results/$(BENCH_NODES).json $(BENCH_FLAGS)
+
+bench-5k: ## the 5,000-node cluster benchmark (within 60 min on 2 cores)
+	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl >/dev/null
+	$(GO) run ./test/bench/run --nodes 5000 --out bench-results/5000.json $(BENCH_FLAGS)
 
 cluster-up: ## start the local simulated GPU cluster (GPU_NODES=6)
 	test/cluster/cluster.sh up --gpu-nodes $${GPU_NODES:-6}

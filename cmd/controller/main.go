@@ -54,6 +54,8 @@ func run() int {
 	flag.StringVar(&hostRoot, "host-root", "/", "host root filesystem path mounted into the driver manager")
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
 	flag.BoolVar(&labelPrivileged, "label-namespace-privileged", false, "label the driver namespace pod-security.kubernetes.io/enforce=privileged (driver pods are privileged)")
+	qps := flag.Float64("kube-api-qps", 100, "client requests per second to kube-apiserver (controller-runtime's default is 20; the first start patches every GPU node)")
+	burst := flag.Int("kube-api-burst", 200, "client burst to kube-apiserver")
 	validationSelector := flag.String("validation-pod-selector", "", "label selector of pods that must be Ready on a node before its upgrade validates (e.g. app=nvidia-operator-validator); empty: the driver pod alone")
 	validationTimeout := flag.Duration("validation-timeout", 0, "how long a new driver pod may take to become Ready before its node is marked upgrade-failed (default 10m)")
 	zapOpts := zap.Options{}
@@ -80,6 +82,8 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "error: no Kubernetes configuration: %v (pass --kubeconfig or run in a cluster)\n", err)
 		return 1
 	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
+	cfg.Wrap(controller.CountWrites)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)

@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"net/http"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -29,4 +32,66 @@ func recordState(name string, state v1alpha1.State) {
 
 func forgetState(name string) {
 	driverState.DeletePartialMatch(map[string]string{"name": name})
+}
+
+// apiWrites counts the controller's mutating API requests by resource, so
+// "no writes when idle" can be checked against the Lease renewals leader
+// election makes by design.
+var apiWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_api_writes_total",
+	Help: "Mutating API requests (POST, PUT, PATCH, DELETE) sent by the controller, by verb and resource[/subresource].",
+}, []string{"verb", "resource"})
+
+// upgradeTransition is the controller-side latency of one upgrade-machine
+// transition: from the start of the pass that decided it to its node patch.
+var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "nvdriver_upgrade_transition_seconds",
+	Help:    "Controller time from the start of an upgrade pass to a node's transition written, by target state.",
+	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+}, []string{"to"})
+
+func init() {
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition)
+}
+
+// CountWrites wraps a client transport to count mutating requests in
+// nvdriver_api_writes_total.
+func CountWrites(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			apiWrites.WithLabelValues(req.Method, resourceOf(req.URL.Path)).Inc()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// resourceOf maps an API path to resource[/subresource]:
+// /api/v1/nodes/n -> nodes, /apis/coordination.k8s.io/v1/namespaces/x/leases/l -> leases,
+// /api/v1/namespaces/x/pods/p/eviction -> pods/eviction.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return "other"
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "other"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,26 +108,51 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 			changes[name] = map[string]*string{}
 		}
 	}
-	for name, labels := range changes {
-		patch := map[string]any{"metadata": map[string]any{"labels": labels}}
-		if a := annChanges[name]; len(a) > 0 {
-			patch["metadata"].(map[string]any)["annotations"] = a
-		}
-		if uncordon[name] {
-			patch["spec"] = map[string]any{"unschedulable": false}
-		}
-		body, _ := json.Marshal(patch)
-		node := &corev1.Node{}
-		node.Name = name
-		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
-			log.FromContext(ctx).Error(err, "labelling node", "node", name)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("labelling node %s: %w", name, err)
+	// Patched concurrently (bounded): on a fresh cluster of thousands of nodes
+	// every node needs its labels, and one round trip at a time would take
+	// minutes; the client's QPS limit still paces the whole.
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		work = make(chan string)
+	)
+	for range min(nodePatchWorkers, len(changes)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range work {
+				labels := changes[name]
+				patch := map[string]any{"metadata": map[string]any{"labels": labels}}
+				if a := annChanges[name]; len(a) > 0 {
+					patch["metadata"].(map[string]any)["annotations"] = a
+				}
+				if uncordon[name] {
+					patch["spec"] = map[string]any{"unschedulable": false}
+				}
+				body, _ := json.Marshal(patch)
+				node := &corev1.Node{}
+				node.Name = name
+				if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+					log.FromContext(ctx).Error(err, "labelling node", "node", name)
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("labelling node %s: %w", name, err)
+					}
+					mu.Unlock()
+				}
 			}
-		}
+		}()
 	}
+	for name := range changes {
+		work <- name
+	}
+	close(work)
+	wg.Wait()
 	return ctrl.Result{}, firstErr
 }
+
+// nodePatchWorkers bounds the concurrent node patches of one labelling pass.
+const nodePatchWorkers = 16
 
 func set(changes map[string]map[string]*string, node, key, value string) {
 	if changes[node] == nil {

@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"sync"
+
 	"context"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"strings"
 	"time"
 
@@ -35,6 +38,9 @@ const (
 // requeueWhileUpgrading re-checks timeouts while a rollout is in flight.
 const requeueWhileUpgrading = 2 * time.Second
 
+// passWorkers bounds the concurrent API calls of one upgrade pass.
+const passWorkers = 16
+
 // UpgradeReconciler carries one CR's nodes through the upgrade state machine
 // (pkg/upgrade), one CR per reconcile, so one CR's stuck node never blocks
 // another CR's rollout.
@@ -54,7 +60,8 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	// A CR being deleted still runs: its nodes leave through the machine
 	// (cordon, evict, then the move), and its finalizer waits for them.
-	now := time.Now()
+	passStart := time.Now()
+	now := passStart
 	if r.Now != nil {
 		now = r.Now()
 	}
@@ -77,8 +84,12 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 
-	inputs := make([]upgrade.Node, 0, len(nodes.Items))
+	inputs := make([]upgrade.Node, len(nodes.Items))
 	byName := map[string]*corev1.Node{}
+	// Nodes mid-upgrade need the pods on them (uncached, per node): read
+	// concurrently, so a pass at maxParallelUpgrades 100 is not 100 round trips long.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(passWorkers)
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		byName[n.Name] = n
@@ -89,18 +100,24 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if in.Annotations == nil {
 			in.Annotations = map[string]string{}
 		}
-		if in.State == upgrade.StateValidation && r.Options.ValidationPodSelector != "" {
-			onNode, err := r.podsOnNode(ctx, n.Name)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
-		}
+		inputs[i] = in
+		needPods := in.State == upgrade.StateValidation && r.Options.ValidationPodSelector != ""
 		switch in.State {
 		case upgrade.StateWaitForJobs, upgrade.StatePodDeletion, upgrade.StateDrain, upgrade.StatePodRestart:
-			onNode, err := r.podsOnNode(ctx, n.Name)
+			needPods = true
+		}
+		if !needPods {
+			continue
+		}
+		g.Go(func() error {
+			onNode, err := r.podsOnNode(gctx, n.Name)
 			if err != nil {
-				return ctrl.Result{}, err
+				return err
+			}
+			in := &inputs[i]
+			if in.State == upgrade.StateValidation {
+				in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
+				return nil
 			}
 			in.GPUPods = len(gpuPods(onNode))
 			if in.State == upgrade.StateDrain {
@@ -109,12 +126,20 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			if policy.WaitForJobsSelector != "" {
 				in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
 			}
-		}
-		inputs = append(inputs, in)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	busy := false
-	var firstErr error
+	var (
+		mu       sync.Mutex
+		firstErr error
+		exec     errgroup.Group
+	)
+	exec.SetLimit(passWorkers)
 	for _, dec := range upgrade.Decide(inputs, policy, now) {
 		if upgrade.InProgress(dec.To) || dec.To == upgrade.StateRequired {
 			busy = true
@@ -122,13 +147,22 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if !dec.Changed() {
 			continue
 		}
-		if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], dec); err != nil {
-			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
-			if firstErr == nil {
-				firstErr = err
+		// Each decision touches its own node only: carried out concurrently.
+		exec.Go(func() error {
+			if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], dec); err != nil {
+				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return nil
 			}
-		}
+			upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
+			return nil
+		})
 	}
+	_ = exec.Wait()
 	if busy {
 		return ctrl.Result{RequeueAfter: requeueWhileUpgrading}, firstErr
 	}

@@ -4,7 +4,11 @@
 # from Go modules (test/tools/build.sh) and run by kwokctl's binary runtime.
 # Every component listens on 127.0.0.1 only.
 #
-# usage: test/cluster/cluster.sh up [--gpu-nodes N] | down | kubeconfig
+# usage: test/cluster/cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] | down | kubeconfig
+#   --heartbeat-factor scales kwokctl's node heartbeat timings, among them
+#   kube-controller-manager's --node-monitor-grace-period (40s × F; kwokctl's
+#   default F is 5): at thousands of kwok nodes on 2 cores heartbeats lag while
+#   kube-apiserver is busy, and nodes would flap NotReady.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -19,11 +23,12 @@ free_port() {
 }
 
 up() {
-  local gpu_nodes=6
+  local gpu_nodes=6 factor=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --gpu-nodes) gpu_nodes="$2"; shift 2 ;;
-      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N])" >&2; exit 1 ;;
+      --heartbeat-factor) factor="$2"; shift 2 ;;
+      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N] [--heartbeat-factor F])" >&2; exit 1 ;;
     esac
   done
   echo ">> building cluster components (cached after the first build; a cold build takes ~15 minutes on 2 cores)"
@@ -34,7 +39,8 @@ up() {
   fi
   # kwok's default stages plus simulated failures (test/tools/kwok/cmd/stages).
   (cd "$root/test/tools/kwok" && go run ./cmd/stages) > "$KWOK_WORKDIR/stages-$name.yaml"
-  local etcd_port etcd_peer
+  local etcd_port etcd_peer extra=()
+  if [ -n "$factor" ]; then extra+=(--heartbeat-factor "$factor"); fi
   etcd_port="$(free_port)"; etcd_peer="$(free_port)"
   echo ">> starting cluster $name (workdir $KWOK_WORKDIR)"
   "$bin/kwokctl" create cluster --name "$name" --runtime binary --kubeconfig "" \
@@ -49,7 +55,7 @@ up() {
     --extra-args "kube-apiserver=bind-address=127.0.0.1" \
     --extra-args "kube-controller-manager=bind-address=127.0.0.1" \
     --extra-args "kube-scheduler=bind-address=127.0.0.1" \
-    --extra-args "kwok-controller=server-address=127.0.0.1:0" \
+    --extra-args "kwok-controller=server-address=127.0.0.1:0" ${extra[@]+"${extra[@]}"} \
     --wait 2m >"$KWOK_WORKDIR/create-$name.log" 2>&1 || { cat "$KWOK_WORKDIR/create-$name.log" >&2; exit 1; }
   "$bin/kwokctl" get kubeconfig --name "$name" > "$kubeconfig.tmp" && mv "$kubeconfig.tmp" "$kubeconfig"
   echo ">> creating $gpu_nodes simulated GPU node(s), a pre-installed-driver node and a non-GPU node"

@@ -33,6 +33,9 @@ func main() {
 		kernels    = flag.String("kernels", "5.15.0-84-generic,5.15.0-78-generic", "kernels to spread GPU nodes over")
 		extras     = flag.Bool("extras", true, "also create a pre-installed-driver node and a non-GPU node")
 		parallel   = flag.Int("parallel", 16, "concurrent creates")
+		first      = flag.Int("start", 0, "index of the first GPU node (to add nodes in batches)")
+		groupLabel = flag.String("group-label", "", "if set, label GPU node i <group-label>=<i mod groups> (for benchmarks selecting subsets)")
+		groups     = flag.Int("groups", 1, "number of groups for --group-label")
 	)
 	flag.Parse()
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -51,10 +54,14 @@ func main() {
 	kern := strings.Split(*kernels, ",")
 
 	var nodes []*corev1.Node
-	for i := 0; i < *count; i++ {
+	for i := *first; i < *first+*count; i++ {
 		o := oses[i%len(oses)]
 		k := kern[(i/len(oses))%len(kern)]
-		nodes = append(nodes, gpuNode(fmt.Sprintf("%s-%d", *prefix, i), o, k, nil))
+		var extra map[string]string
+		if *groupLabel != "" {
+			extra = map[string]string{*groupLabel: fmt.Sprint(i % max(*groups, 1))}
+		}
+		nodes = append(nodes, gpuNode(fmt.Sprintf("%s-%d", *prefix, i), o, k, extra))
 	}
 	if *extras {
 		nodes = append(nodes, gpuNode(*prefix+"-preinstalled", oses[0], kern[0], map[string]string{"nvidia.com/gpu.deploy.driver": "pre-installed"}))

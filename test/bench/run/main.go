@@ -1,0 +1,1057 @@
+// Command run is `make bench`: it brings up the local simulated cluster with N
+// GPU nodes (4 OS releases × 6 kernels) and 20 NVIDIADriver CRs, runs the
+// controller and the plugin against it, and measures what issue #7 asks for,
+// each against its baseline in the same run. Results go to stdout (a
+// markdown table) and, as JSON, to --out.
+//
+// It is a benchmark, not a test: it asserts nothing but fails loudly when a
+// phase does not finish within its deadline.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+const (
+	groupLabel = "bench.group"
+	groups     = 25 // 0-9 label CRs, 10-14 precompiled, 15-18 feature CRs, 19-24 the default
+	namespace  = "gpu-operator"
+)
+
+var (
+	root    string
+	nodesN  = flag.Int("nodes", 1000, "simulated GPU nodes")
+	runs    = flag.Int("runs", 5, "repetitions of each timed measurement (medians are reported)")
+	idle    = flag.Duration("idle", 5*time.Minute, "idle window (measured as 5 equal slices)")
+	moves   = flag.Int("moves", 100, "node moves for the move latency")
+	rollP   = flag.Int("rollout-parallel", 100, "maxParallelUpgrades of the rollout")
+	out     = flag.String("out", "", "write the results as JSON here")
+	keep    = flag.Bool("keep", false, "leave the cluster and controller running")
+	batch   = flag.Int("batch", 500, "nodes created per batch (each batch waits for kwok to make them Ready)")
+	cluster = flag.String("cluster", "nvdriver-bench", "local cluster name")
+)
+
+// results is what the run measured, in the units the names say.
+type results struct {
+	Nodes   int                `json:"nodes"`
+	CRs     int                `json:"crs"`
+	Machine string             `json:"machine"`
+	Values  map[string]float64 `json:"values"`
+	Notes   []string           `json:"notes"`
+}
+
+var res = results{Values: map[string]float64{}}
+
+func main() {
+	flag.Parse()
+	wd, _ := os.Getwd()
+	root = wd
+	res.Nodes = *nodesN
+	res.Machine = machine()
+	if err := bench(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s >> %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+func machine() string {
+	cpu := "?"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(sc.Text(), ":", 2)[1])
+				break
+			}
+		}
+		f.Close()
+	}
+	return fmt.Sprintf("%d cores (%s)", numCPU(), cpu)
+}
+
+func numCPU() int {
+	out, err := exec.Command("nproc").Output()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return n
+}
+
+func sh(env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(b), fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+	return string(b), nil
+}
+
+type env struct {
+	kubeconfig string
+	cfg        *rest.Config
+	c          client.Client
+	nodes      *nodeWatch
+	ctrl       *controllerProc
+	crs        []string
+}
+
+func bench() error {
+	clusterEnv := []string{"NVDRIVER_CLUSTER_NAME=" + *cluster}
+	if _, err := sh(nil, "make", "-s", "build"); err != nil {
+		return err
+	}
+	// Heartbeat factor 10: kube-controller-manager's node-monitor-grace-period
+	// becomes 400 s, so lagging kwok heartbeats on a busy apiserver do not
+	// flap nodes NotReady and disturb the measurements.
+	logf("cluster %s up (kwokctl --heartbeat-factor 10)", *cluster)
+	if _, err := sh(clusterEnv, "test/cluster/cluster.sh", "up", "--gpu-nodes", "0", "--heartbeat-factor", "10"); err != nil {
+		return err
+	}
+	kc, _ := sh(clusterEnv, "test/cluster/cluster.sh", "kubeconfig")
+	e := &env{kubeconfig: strings.TrimSpace(kc)}
+	if !*keep {
+		defer func() {
+			if e.ctrl != nil {
+				e.ctrl.stop()
+			}
+			_, _ = sh(clusterEnv, "test/cluster/cluster.sh", "down")
+		}()
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	e.cfg = cfg
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	if e.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+
+	if err := e.createNodes(); err != nil {
+		return err
+	}
+	if e.nodes, err = watchNodes(cfg); err != nil {
+		return err
+	}
+	if _, err := sh([]string{"KUBECONFIG=" + e.kubeconfig}, "kubectl", "apply", "--server-side", "-f", "charts/nvdriver/crds/"); err != nil {
+		return err
+	}
+	if _, err := sh([]string{"KUBECONFIG=" + e.kubeconfig}, "kubectl", "create", "namespace", namespace); err != nil {
+		return err
+	}
+	if _, err := sh([]string{"KUBECONFIG=" + e.kubeconfig}, "kubectl", "wait", "--for=condition=Established", "crd/nvidiadrivers.nvidia.com"); err != nil {
+		return err
+	}
+	if err := e.applyCRs(); err != nil {
+		return err
+	}
+	if err := e.firstStart(); err != nil {
+		return err
+	}
+	if err := e.plugin(); err != nil {
+		return err
+	}
+	if err := e.coldStarts(); err != nil {
+		return err
+	}
+	if err := e.idle(); err != nil {
+		return err
+	}
+	if err := e.moveLatency(); err != nil {
+		return err
+	}
+	if err := e.rollout(); err != nil {
+		return err
+	}
+	e.report()
+	return nil
+}
+
+// createNodes adds the GPU nodes in batches, each waiting for kwok to make
+// them Ready, with nothing else running (heartbeats lag on a busy apiserver).
+func (e *env) createNodes() error {
+	start := time.Now()
+	for first := 0; first < *nodesN; first += *batch {
+		n := min(*batch, *nodesN-first)
+		if _, err := sh(nil, "go", "run", "./test/cluster/nodes", "--kubeconfig", e.kubeconfig, "--gpu-nodes", fmt.Sprint(n),
+			"--start", fmt.Sprint(first), "--prefix", "bench-node", "--extras=false",
+			"--os", "ubuntu20.04,ubuntu22.04,rhel9.4,rocky8.10",
+			"--kernels", "5.15.0-84-generic,5.15.0-78-generic,5.4.0-150-generic,6.8.0-45-generic,5.14.0-427.el9.x86_64,4.18.0-553.el8.x86_64",
+			"--group-label", groupLabel, "--groups", fmt.Sprint(groups), "--parallel", "32"); err != nil {
+			return err
+		}
+		want := first + n
+		if err := poll(10*time.Minute, fmt.Sprintf("%d nodes Ready", want), func() (bool, error) {
+			list := &corev1.NodeList{}
+			if err := e.c.List(context.Background(), list, client.HasLabels{groupLabel}); err != nil {
+				return false, err
+			}
+			ready := 0
+			for _, nd := range list.Items {
+				for _, c := range nd.Status.Conditions {
+					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			return ready >= want, nil
+		}); err != nil {
+			return err
+		}
+		logf("%d/%d nodes Ready", want, *nodesN)
+	}
+	res.Values["nodes_create_seconds"] = time.Since(start).Seconds()
+	return nil
+}
+
+// applyCRs creates the 20 CRs: 10 by label, 5 precompiled, 4 with features
+// (RDMA, GDS, custom labels/tolerations, vGPU), 1 default. Budgets are
+// unlimited so the moves of the later phases do not queue.
+func (e *env) applyCRs() error {
+	policy := func() *v1alpha1.DriverUpgradePolicySpec {
+		mu := intstr.FromString("100%")
+		return &v1alpha1.DriverUpgradePolicySpec{AutoUpgrade: true, MaxParallelUpgrades: 0, MaxUnavailable: &mu}
+	}
+	var list []*v1alpha1.NVIDIADriver
+	mk := func(name string, group int, mut func(*v1alpha1.NVIDIADriverSpec)) {
+		d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		d.Spec.Version = "535.104.12"
+		if group >= 0 {
+			d.Spec.NodeSelector = map[string]string{groupLabel: fmt.Sprint(group)}
+		}
+		d.Spec.UpgradePolicy = policy()
+		if mut != nil {
+			mut(&d.Spec)
+		}
+		list = append(list, d)
+	}
+	for i := range 10 {
+		mk(fmt.Sprintf("label-%d", i), i, func(s *v1alpha1.NVIDIADriverSpec) {
+			s.Version = []string{"535.104.12", "550.90.07", "525.125.06"}[i%3]
+		})
+	}
+	for i := range 5 {
+		mk(fmt.Sprintf("precompiled-%d", i), 10+i, func(s *v1alpha1.NVIDIADriverSpec) {
+			s.UsePrecompiled = ptr(true)
+			s.Version = []string{"535", "550"}[i%2]
+		})
+	}
+	mk("rdma", 15, func(s *v1alpha1.NVIDIADriverSpec) {
+		s.GPUDirectRDMA = &v1alpha1.GPUDirectRDMASpec{Enabled: ptr(true)}
+	})
+	mk("gds", 16, func(s *v1alpha1.NVIDIADriverSpec) {
+		s.GPUDirectStorage = &v1alpha1.GPUDirectStorageSpec{Enabled: ptr(true), Repository: "nvcr.io/nvidia/cloud-native", Image: "nvidia-fs", Version: "2.20.5"}
+	})
+	mk("custom", 17, func(s *v1alpha1.NVIDIADriverSpec) {
+		s.Labels = map[string]string{"team": "ml"}
+		s.Annotations = map[string]string{"example.com/owner": "ml"}
+		s.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	mk("vgpu", 18, func(s *v1alpha1.NVIDIADriverSpec) {
+		s.DriverType = v1alpha1.VGPU
+		s.Image = "vgpu-guest-driver"
+	})
+	mk("default", -1, func(s *v1alpha1.NVIDIADriverSpec) { s.Default = true; s.Version = "550.90.07" })
+	for _, d := range list {
+		if err := e.c.Create(context.Background(), d); err != nil {
+			return fmt.Errorf("creating NVIDIADriver %s: %w", d.Name, err)
+		}
+		e.crs = append(e.crs, d.Name)
+	}
+	res.CRs = len(list)
+	return nil
+}
+
+// firstStart: the controller on a cluster it has never seen (it labels every
+// GPU node), to every CR reconciled and every node owned; then to all ready.
+func (e *env) firstStart() error {
+	var err error
+	t0 := time.Now()
+	if e.ctrl, err = startController(e.kubeconfig, "first"); err != nil {
+		return err
+	}
+	if err := poll(30*time.Minute, "first start: every CR reconciled and every GPU node owned", func() (bool, error) {
+		return e.ctrl.reconciledAll(e.crs) && e.nodes.owned() >= *nodesN, nil
+	}); err != nil {
+		return err
+	}
+	res.Values["first_start_seconds"] = time.Since(t0).Seconds()
+	logf("first start: %.1f s", res.Values["first_start_seconds"])
+	if err := e.waitAllReady(30 * time.Minute); err != nil {
+		return err
+	}
+	res.Values["first_start_all_ready_seconds"] = time.Since(t0).Seconds()
+	logf("all CRs ready (driver pods created by kube-controller-manager, made Ready by kwok): %.1f s", res.Values["first_start_all_ready_seconds"])
+	e.ctrl.quiet(10 * time.Second)
+	m := e.ctrl.scrape()
+	res.Values["controller_rss_mib"] = e.ctrl.rssMiB()
+	res.Values["controller_peak_rss_mib"] = e.ctrl.peakRSSMiB()
+	res.Values["controller_heap_inuse_mib"] = m.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
+	res.Values["controller_heap_alloc_mib"] = m.sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
+	logf("controller after convergence: RSS %.0f MiB (peak %.0f), heap in use %.0f MiB",
+		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_heap_inuse_mib"])
+	return nil
+}
+
+func (e *env) waitAllReady(d time.Duration) error {
+	return poll(d, "every NVIDIADriver ready", func() (bool, error) {
+		list := &v1alpha1.NVIDIADriverList{}
+		if err := e.c.List(context.Background(), list); err != nil {
+			return false, err
+		}
+		for _, d := range list.Items {
+			if d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
+				return false, nil
+			}
+		}
+		return len(list.Items) > 0, nil
+	})
+}
+
+// plugin: preview and status against `kubectl get nodes -o name`, wall time
+// and peak RSS (medians), and the requests each makes (through a counting proxy).
+func (e *env) plugin() error {
+	cmds := []struct {
+		key  string
+		argv []string
+	}{
+		{"kubectl_get_nodes", []string{"kubectl", "get", "nodes", "-o", "name"}},
+		{"preview", []string{"bin/kubectl-nvdriver", "preview"}},
+		{"status", []string{"bin/kubectl-nvdriver", "status"}},
+	}
+	wall := map[string][]float64{}
+	rss := map[string][]float64{}
+	for range *runs { // interleaved, so drift hits all alike
+		for _, c := range cmds {
+			w, r, err := timeCmd(e.kubeconfig, c.argv)
+			if err != nil && !(c.key == "preview" && isExit3(err)) {
+				return err
+			}
+			wall[c.key] = append(wall[c.key], w)
+			rss[c.key] = append(rss[c.key], r)
+		}
+	}
+	for _, c := range cmds {
+		res.Values[c.key+"_ms"] = median(wall[c.key])
+		res.Values[c.key+"_rss_mib"] = median(rss[c.key])
+	}
+	for _, k := range []string{"preview", "status"} {
+		res.Values[k+"_ratio"] = res.Values[k+"_ms"] / res.Values["kubectl_get_nodes_ms"]
+	}
+	p, err := newCountingProxy(e.cfg)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	for _, c := range cmds {
+		before := p.count.Load()
+		if _, _, err := timeCmd(p.kubeconfig, c.argv); err != nil && !isExit3(err) {
+			return err
+		}
+		res.Values[c.key+"_requests"] = float64(p.count.Load() - before)
+	}
+	logf("preview %.0f ms (%.2f×, %v requests), status %.0f ms (%.2f×, %v requests), kubectl get nodes -o name %.0f ms (%v requests)",
+		res.Values["preview_ms"], res.Values["preview_ratio"], res.Values["preview_requests"],
+		res.Values["status_ms"], res.Values["status_ratio"], res.Values["status_requests"],
+		res.Values["kubectl_get_nodes_ms"], res.Values["kubectl_get_nodes_requests"])
+	return nil
+}
+
+func isExit3(err error) bool {
+	ee, ok := err.(*exec.ExitError)
+	return ok && ee.ExitCode() == 3
+}
+
+// timeCmd runs argv and returns its wall time (ms) and peak RSS (MiB).
+func timeCmd(kubeconfig string, argv []string) (float64, float64, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1")
+	t0 := time.Now()
+	err := cmd.Run()
+	wall := float64(time.Since(t0).Microseconds()) / 1000
+	var rssMiB float64
+	if cmd.ProcessState != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			rssMiB = float64(ru.Maxrss) / 1024
+		}
+	}
+	return wall, rssMiB, err
+}
+
+// coldStarts restarts the converged controller and times each restart to
+// every CR reconciled by the new process.
+func (e *env) coldStarts() error {
+	var times []float64
+	for i := range *runs {
+		e.ctrl.stop()
+		var err error
+		t0 := time.Now()
+		if e.ctrl, err = startController(e.kubeconfig, fmt.Sprintf("cold%d", i)); err != nil {
+			return err
+		}
+		if err := poll(2*time.Minute, "cold start: every CR reconciled", func() (bool, error) {
+			return e.ctrl.reconciledAll(e.crs), nil
+		}); err != nil {
+			return err
+		}
+		times = append(times, time.Since(t0).Seconds())
+	}
+	res.Values["cold_start_seconds"] = median(times)
+	res.Values["cold_start_max_seconds"] = maxOf(times)
+	logf("cold start: median %.2f s (runs %v)", median(times), round2(times))
+	return nil
+}
+
+// idle: the converged cluster left alone; writes, requests, CPU and log
+// volume of the controller, in five equal slices.
+func (e *env) idle() error {
+	e.ctrl.quiet(10 * time.Second)
+	slice := *idle / 5
+	var writes, leaseWrites, reqs, cpu, logBytes []float64
+	for range 5 {
+		m0, c0, l0, t0 := e.ctrl.scrape(), e.ctrl.cpuSeconds(), e.ctrl.logSize(), time.Now()
+		time.Sleep(slice) // the measurement window itself, not a synchronisation
+		m1, c1, l1, el := e.ctrl.scrape(), e.ctrl.cpuSeconds(), e.ctrl.logSize(), time.Since(t0).Seconds()
+		w := m1.sum("nvdriver_api_writes_total", nil) - m0.sum("nvdriver_api_writes_total", nil)
+		lw := m1.sum("nvdriver_api_writes_total", map[string]string{"resource": "leases"}) - m0.sum("nvdriver_api_writes_total", map[string]string{"resource": "leases"})
+		writes = append(writes, w-lw)
+		leaseWrites = append(leaseWrites, lw)
+		reqs = append(reqs, (m1.sum("rest_client_requests_total", nil)-m0.sum("rest_client_requests_total", nil))/el)
+		cpu = append(cpu, (c1-c0)/el)
+		logBytes = append(logBytes, float64(l1-l0)/el*3600)
+	}
+	res.Values["idle_writes"] = sum(writes)
+	res.Values["idle_lease_writes"] = sum(leaseWrites)
+	res.Values["idle_requests_per_second"] = median(reqs)
+	res.Values["idle_cores"] = median(cpu)
+	res.Values["idle_log_bytes_per_hour"] = median(logBytes)
+	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores, %.0f log bytes/hour",
+		*idle, sum(writes), sum(leaseWrites), median(reqs), median(cpu), median(logBytes))
+	return nil
+}
+
+// moveLatency relabels nodes from label-2p to label-2p+1 one at a time and times
+// each to the node entering its move state (move-to annotation set, or the
+// owner label changed where no driver pod ran).
+func (e *env) moveLatency() error {
+	m0, c0 := e.ctrl.scrape(), e.ctrl.cpuSeconds()
+	var lat []float64
+	// Group 2p's nodes move to group 2p+1 (label-2p -> label-2p+1), p = 0..4.
+	type move struct{ node, group, to string }
+	var plan5 []move
+	for k := 0; len(plan5) < *moves && k*groups < *nodesN; k++ {
+		for p := 0; p < 5 && len(plan5) < *moves; p++ {
+			if i := k*groups + 2*p; i < *nodesN {
+				plan5 = append(plan5, move{fmt.Sprintf("bench-node-%d", i), fmt.Sprint(2*p + 1), fmt.Sprintf("label-%d", 2*p+1)})
+			}
+		}
+	}
+	for _, mv := range plan5 {
+		name, to := mv.node, mv.to
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, groupLabel, mv.group))
+		ch := e.nodes.waitFor(name, func(m *metav1.PartialObjectMetadata) bool {
+			return m.Annotations[upgrade.AnnotationMoveTo] == to || m.Labels[plan.LabelOwner] == to
+		})
+		t0 := time.Now()
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := e.c.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return err
+		}
+		select {
+		case at := <-ch:
+			lat = append(lat, at.Sub(t0).Seconds())
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("node %s did not enter its move state within 30s", name)
+		}
+	}
+	sort.Float64s(lat)
+	res.Values["move_latency_p50_ms"] = percentile(lat, 50) * 1000
+	res.Values["move_latency_p99_ms"] = percentile(lat, 99) * 1000
+	res.Values["moves"] = float64(len(lat))
+	logf("move latency over %d moves: p50 %.0f ms, p99 %.0f ms", len(lat), res.Values["move_latency_p50_ms"], res.Values["move_latency_p99_ms"])
+	if err := e.waitAllReady(20 * time.Minute); err != nil {
+		return err
+	}
+	m1, c1 := e.ctrl.scrape(), e.ctrl.cpuSeconds()
+	rec := m1.sum("controller_runtime_reconcile_total", nil) - m0.sum("controller_runtime_reconcile_total", nil)
+	if rec > 0 {
+		res.Values["cpu_seconds_per_1000_reconciles"] = (c1 - c0) / rec * 1000
+		res.Values["reconciles_during_moves"] = rec
+	}
+	logf("moves done: %.0f reconciles, %.2f CPU s per 1,000 reconciles", rec, res.Values["cpu_seconds_per_1000_reconciles"])
+	return nil
+}
+
+// rollout: the default CR takes every node (the others are deleted: their
+// nodes move to it), then its version is patched at maxParallelUpgrades P.
+func (e *env) rollout() error {
+	t0 := time.Now()
+	for _, name := range e.crs {
+		if name == "default" {
+			continue
+		}
+		if err := e.c.Delete(context.Background(), &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			return err
+		}
+	}
+	if err := poll(30*time.Minute, "every node moved to the default CR", func() (bool, error) {
+		list := &v1alpha1.NVIDIADriverList{}
+		if err := e.c.List(context.Background(), list); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 1 && e.nodes.ownedBy("default") >= *nodesN, nil
+	}); err != nil {
+		return err
+	}
+	if err := e.waitAllReady(30 * time.Minute); err != nil {
+		return err
+	}
+	res.Values["delete_19_crs_to_default_ready_seconds"] = time.Since(t0).Seconds()
+	logf("19 CRs deleted, every node moved to the default and ready: %.1f s", res.Values["delete_19_crs_to_default_ready_seconds"])
+
+	e.ctrl.quiet(5 * time.Second)
+	m0 := e.ctrl.scrape()
+	patch := fmt.Sprintf(`{"spec":{"version":"560.35.03","upgradePolicy":{"maxParallelUpgrades":%d,"maxUnavailable":"100%%"}}}`, *rollP)
+	t1 := time.Now()
+	d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if err := e.c.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return err
+	}
+	if err := poll(60*time.Minute, "the rollout", func() (bool, error) {
+		got := &v1alpha1.NVIDIADriver{}
+		if err := e.c.Get(context.Background(), client.ObjectKey{Name: "default"}, got); err != nil {
+			return false, err
+		}
+		return got.Status.ObservedGeneration == got.Generation && got.Status.State == v1alpha1.Ready &&
+			e.nodes.inState(upgrade.StateDone) >= *nodesN, nil
+	}); err != nil {
+		return err
+	}
+	res.Values["rollout_seconds"] = time.Since(t1).Seconds()
+	m1 := e.ctrl.scrape()
+	h := m1.histogram("nvdriver_upgrade_transition_seconds").minus(m0.histogram("nvdriver_upgrade_transition_seconds"))
+	q := m1.histogram("workqueue_queue_duration_seconds", "name", "upgrade").minus(m0.histogram("workqueue_queue_duration_seconds", "name", "upgrade"))
+	res.Values["rollout_transitions"] = h.count()
+	res.Values["transition_p50_ms"] = h.quantile(0.5) * 1000
+	res.Values["transition_p95_ms"] = h.quantile(0.95) * 1000
+	res.Values["queue_wait_p50_ms"] = q.quantile(0.5) * 1000
+	res.Values["queue_wait_p95_ms"] = q.quantile(0.95) * 1000
+	logf("rollout of %d nodes at maxParallelUpgrades %d: %.1f s; %0.f transitions, controller latency p50 %.1f ms p95 %.1f ms (+ queue wait p50 %.1f ms p95 %.1f ms)",
+		*nodesN, *rollP, res.Values["rollout_seconds"], h.count(), res.Values["transition_p50_ms"], res.Values["transition_p95_ms"],
+		res.Values["queue_wait_p50_ms"], res.Values["queue_wait_p95_ms"])
+	return nil
+}
+
+func (e *env) report() {
+	if *out != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		_ = os.MkdirAll(filepath.Dir(*out), 0o755)
+		_ = os.WriteFile(*out, b, 0o644)
+	}
+	v := res.Values
+	fmt.Printf("\n## %d GPU nodes, %d CRs (%s)\n\n", res.Nodes, res.CRs, res.Machine)
+	fmt.Println("| measure | result | baseline / target |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| `preview` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | `kubectl get nodes -o name` %.0f ms, %.0f MiB, %v requests: **%.2f×** (target ≤ 1.0×, ≤ 4 requests) |\n",
+		*runs, v["preview_ms"], v["preview_rss_mib"], v["preview_requests"], v["kubectl_get_nodes_ms"], v["kubectl_get_nodes_rss_mib"], v["kubectl_get_nodes_requests"], v["preview_ratio"])
+	fmt.Printf("| `status` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | **%.2f×** of `kubectl get nodes -o name` |\n",
+		*runs, v["status_ms"], v["status_rss_mib"], v["status_requests"], v["status_ratio"])
+	fmt.Printf("| controller first start (labels every node) → every CR reconciled, every node owned | %.1f s (all CRs ready incl. kube's pod creation: %.1f s) | |\n", v["first_start_seconds"], v["first_start_all_ready_seconds"])
+	fmt.Printf("| controller cold start (restart, converged) → every CR reconciled (median of %d) | %.2f s (max %.2f s) | target ≤ 10 s |\n", *runs, v["cold_start_seconds"], v["cold_start_max_seconds"])
+	fmt.Printf("| controller RSS after convergence | %.0f MiB (peak %.0f MiB), heap in use %.0f MiB | target ≤ 100 MiB |\n", v["controller_rss_mib"], v["controller_peak_rss_mib"], v["controller_heap_inuse_mib"])
+	fmt.Printf("| idle %s: writes | %v (+ %v Lease renewals by leader election) | target 0 |\n", *idle, v["idle_writes"], v["idle_lease_writes"])
+	fmt.Printf("| idle: requests/s, CPU, log volume | %.2f req/s, %.4f cores, %.0f bytes/hour | targets ≤ 1 req/s, ≤ 0.01 core, ≤ 1 MB/hour |\n", v["idle_requests_per_second"], v["idle_cores"], v["idle_log_bytes_per_hour"])
+	fmt.Printf("| node move → move state (%v moves) | p50 %.0f ms, p99 %.0f ms | target p99 ≤ 1 s |\n", v["moves"], v["move_latency_p50_ms"], v["move_latency_p99_ms"])
+	fmt.Printf("| CPU per 1,000 reconciles (during the moves) | %.2f s | |\n", v["cpu_seconds_per_1000_reconciles"])
+	fmt.Printf("| rollout of %d nodes at maxParallelUpgrades %d | %.1f s; %v transitions, controller latency p50 %.1f ms, p95 %.1f ms (queue wait p50 %.1f, p95 %.1f ms) | target p95 ≤ 1 s; NVIDIA ~2 min per node |\n",
+		res.Nodes, *rollP, v["rollout_seconds"], v["rollout_transitions"], v["transition_p50_ms"], v["transition_p95_ms"], v["queue_wait_p50_ms"], v["queue_wait_p95_ms"])
+}
+
+// ---- the controller process ----
+
+type controllerProc struct {
+	cmd     *exec.Cmd
+	port    int
+	logPath string
+	done    chan struct{}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 18090
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startController(kubeconfig, tag string) (*controllerProc, error) {
+	p := &controllerProc{port: freePort(), done: make(chan struct{})}
+	p.logPath = filepath.Join(os.TempDir(), fmt.Sprintf("nvdriver-bench-controller-%s.log", tag))
+	f, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(filepath.Join(root, "bin", "controller"), "--kubeconfig", kubeconfig, "--namespace", namespace,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.port), "--health-probe-bind-address", "127.0.0.1:0")
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
+	return p, nil
+}
+
+func (p *controllerProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *controllerProc) procStatus(key string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, key+":") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func (p *controllerProc) rssMiB() float64     { return p.procStatus("VmRSS") }
+func (p *controllerProc) peakRSSMiB() float64 { return p.procStatus("VmHWM") }
+
+// cpuSeconds is the process's user+system time.
+func (p *controllerProc) cpuSeconds() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+func (p *controllerProc) logSize() int64 {
+	st, err := os.Stat(p.logPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// reconciledAll: this process has reconciled every named CR (it publishes
+// nvdriver_driver_state for a CR once it has computed its status).
+func (p *controllerProc) reconciledAll(names []string) bool {
+	m := p.scrape()
+	for _, n := range names {
+		if m.sum("nvdriver_driver_state", map[string]string{"name": n}) < 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// quiet waits until no reconcile has run for d (bounded to 5 minutes).
+func (p *controllerProc) quiet(d time.Duration) {
+	deadline := time.Now().Add(5 * time.Minute)
+	last, since := -1.0, time.Now()
+	for time.Now().Before(deadline) {
+		n := p.scrape().sum("controller_runtime_reconcile_total", nil)
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= d {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// ---- metrics ----
+
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+type metricsText []sample
+
+func (p *controllerProc) scrape() metricsText {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.port))
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out metricsText
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		head := line[:sp]
+		s := sample{labels: map[string]string{}, value: v}
+		if i := strings.IndexByte(head, '{'); i >= 0 {
+			s.name = head[:i]
+			for _, kv := range splitLabels(head[i+1 : len(head)-1]) {
+				if j := strings.IndexByte(kv, '='); j > 0 {
+					s.labels[kv[:j]] = strings.Trim(kv[j+1:], `"`)
+				}
+			}
+		} else {
+			s.name = head
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func splitLabels(s string) []string {
+	var out []string
+	inQ, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			inQ = !inQ
+		case ',':
+			if !inQ {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+func (m metricsText) sum(name string, match map[string]string) float64 {
+	t := 0.0
+	for _, s := range m {
+		if s.name != name {
+			continue
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && s.labels[k] == v
+		}
+		if ok {
+			t += s.value
+		}
+	}
+	return t
+}
+
+// hist is a cumulative histogram: upper bound -> count.
+type hist map[float64]float64
+
+func (m metricsText) histogram(name string, match ...string) hist {
+	h := hist{}
+	for _, s := range m {
+		if s.name != name+"_bucket" {
+			continue
+		}
+		ok := true
+		for i := 0; i+1 < len(match); i += 2 {
+			ok = ok && s.labels[match[i]] == match[i+1]
+		}
+		if !ok {
+			continue
+		}
+		le := s.labels["le"]
+		b := 0.0
+		if le == "+Inf" {
+			b = 1e18
+		} else {
+			b, _ = strconv.ParseFloat(le, 64)
+		}
+		h[b] += s.value
+	}
+	return h
+}
+
+func (h hist) minus(o hist) hist {
+	out := hist{}
+	for k, v := range h {
+		out[k] = v - o[k]
+	}
+	return out
+}
+
+func (h hist) count() float64 { return h[1e18] }
+
+// quantile interpolates linearly inside the bucket holding q.
+func (h hist) quantile(q float64) float64 {
+	bounds := make([]float64, 0, len(h))
+	for b := range h {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	total := h.count()
+	if total == 0 {
+		return 0
+	}
+	rank := q * total
+	prevB, prevC := 0.0, 0.0
+	for _, b := range bounds {
+		c := h[b]
+		if c >= rank {
+			if b == 1e18 {
+				return prevB
+			}
+			if c == prevC {
+				return b
+			}
+			return prevB + (b-prevB)*(rank-prevC)/(c-prevC)
+		}
+		prevB, prevC = b, c
+	}
+	return prevB
+}
+
+// ---- nodes, watched through one metadata informer ----
+
+type nodeWatch struct {
+	store   cache.Store
+	mu      sync.Mutex
+	waiters map[string][]waiter
+}
+
+type waiter struct {
+	cond func(*metav1.PartialObjectMetadata) bool
+	ch   chan time.Time
+}
+
+func watchNodes(cfg *rest.Config) (*nodeWatch, error) {
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := metadatainformer.NewSharedInformerFactory(mc, 0)
+	inf := f.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}).Informer()
+	w := &nodeWatch{store: inf.GetStore(), waiters: map[string][]waiter{}}
+	check := func(obj any) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		keep := w.waiters[m.Name][:0]
+		for _, wt := range w.waiters[m.Name] {
+			if wt.cond(m) {
+				wt.ch <- now
+			} else {
+				keep = append(keep, wt)
+			}
+		}
+		w.waiters[m.Name] = keep
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: check, UpdateFunc: func(_, n any) { check(n) }})
+	stop := make(chan struct{})
+	go inf.Run(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		return nil, fmt.Errorf("node informer did not sync")
+	}
+	return w, nil
+}
+
+func (w *nodeWatch) waitFor(name string, cond func(*metav1.PartialObjectMetadata) bool) chan time.Time {
+	ch := make(chan time.Time, 1)
+	w.mu.Lock()
+	w.waiters[name] = append(w.waiters[name], waiter{cond, ch})
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *nodeWatch) count(f func(*metav1.PartialObjectMetadata) bool) int {
+	n := 0
+	for _, o := range w.store.List() {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok && m.Labels[groupLabel] != "" && f(m) {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *nodeWatch) owned() int {
+	return w.count(func(m *metav1.PartialObjectMetadata) bool { return m.Labels[plan.LabelOwner] != "" })
+}
+
+func (w *nodeWatch) ownedBy(cr string) int {
+	return w.count(func(m *metav1.PartialObjectMetadata) bool { return m.Labels[plan.LabelOwner] == cr })
+}
+
+func (w *nodeWatch) inState(s string) int {
+	return w.count(func(m *metav1.PartialObjectMetadata) bool { return m.Labels[upgrade.LabelState] == s })
+}
+
+// ---- a request-counting proxy for the plugin ----
+
+type countingProxy struct {
+	ln         net.Listener
+	kubeconfig string
+	count      atomic.Int64
+}
+
+func newCountingProxy(cfg *rest.Config) (*countingProxy, error) {
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = rt
+	p := &countingProxy{}
+	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	go func() {
+		_ = http.Serve(p.ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.count.Add(1)
+			rp.ServeHTTP(w, r)
+		}))
+	}()
+	dir, err := os.MkdirTemp("", "nvdriver-bench")
+	if err != nil {
+		return nil, err
+	}
+	p.kubeconfig = filepath.Join(dir, "kubeconfig")
+	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: bench, cluster: {server: %q}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: bench, context: {cluster: bench, user: u}}]\ncurrent-context: bench\n", "http://"+p.ln.Addr().String())
+	return p, os.WriteFile(p.kubeconfig, []byte(kc), 0o600)
+}
+
+func (p *countingProxy) close() { _ = p.ln.Close() }
+
+// ---- small helpers ----
+
+func poll(d time.Duration, what string, f func() (bool, error)) error {
+	deadline := time.Now().Add(d)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := f()
+		if ok {
+			return nil
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("timed out after %s waiting for %s (last error: %v)", d, what, lastErr)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// percentile of sorted values (nearest rank).
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func sum(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+func round2(v []float64) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
