@@ -19,7 +19,7 @@ PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
 BENCH_NODES ?= 1000
 BENCH_FLAGS ?=
 
-.PHONY: bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
+.PHONY: fuzz bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
 
 all: build
 
@@ -71,6 +71,12 @@ test: ## everything CI runs: lint, unit, integration, packaging and end-to-end t
 	$(MAKE) --no-print-directory test-packaging; \
 	$(MAKE) --no-print-directory test-e2e; \
 	echo ">> make test passed in $$(( $$(date +%s) - start ))s"
+
+FUZZTIME ?= 60s
+fuzz: ## run every fuzz target for FUZZTIME (60s) each; not in CI (the committed corpora run in every go test)
+	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./pkg/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzImage$$' -fuzztime $(FUZZTIME) ./pkg/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateVersion$$' -fuzztime $(FUZZTIME) ./pkg/cli
 
 bench-micro: ## Go micro-benchmarks: plan.Compute and render at 100-5,000 nodes x 20 CRs, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/plan ./pkg/render

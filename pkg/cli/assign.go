@@ -142,6 +142,9 @@ func (o *AssignOptions) Validate() error {
 // validateVersion mirrors the CRD's rules so the user hears about a bad
 // version before any request.
 func validateVersion(v string, precompiled bool) error {
+	if v == "" {
+		return fmt.Errorf("invalid version \"\": give a driver version such as 550.90.07 (a branch such as 535 with --precompiled)")
+	}
 	if precompiled {
 		for _, r := range v {
 			if r < '0' || r > '9' {

@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"k8s.io/client-go/util/workqueue"
 	"maps"
 	"slices"
 	"time"
@@ -198,7 +199,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionPredicate()))).
 		Watches(&v1alpha1.NVIDIADriver{}, allDrivers, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.DaemonSet{}, driverOfDS).
-		Watches(&corev1.Node{}, allDrivers, builder.WithPredicates(nodeChanged(c))).
+		Watches(&corev1.Node{}, nodeToDrivers(c), builder.WithPredicates(nodeChanged(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(dr); err != nil {
 		return err
@@ -215,6 +216,60 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
 		Complete(&NodeLabeler{Client: c, Namespace: opts.Namespace})
+}
+
+// nodeToDrivers maps node events to the CRs they can affect. A change of
+// the upgrade state or the owner label alone (every step of a rollout or a
+// move) concerns only the node's old and new owners: re-planning every CR for
+// each would cost CRs × nodes per step at thousands of nodes. Anything else
+// (selection labels, GPU-ness, a node added or removed) can move nodes
+// between CRs, so every CR is re-planned.
+func nodeToDrivers(c client.Client) handler.EventHandler {
+	all := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		list := &v1alpha1.NVIDIADriverList{}
+		if err := c.List(ctx, list); err != nil {
+			return
+		}
+		for i := range list.Items {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: list.Items[i].Name}})
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, q)
+		},
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()
+			if !onlyOwnerOrStateChanged(o, n) {
+				all(ctx, q)
+				return
+			}
+			for _, owner := range []string{o[plan.LabelOwner], n[plan.LabelOwner]} {
+				if owner != "" {
+					q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: owner}})
+				}
+			}
+		},
+	}
+}
+
+// onlyOwnerOrStateChanged: the two label sets differ in the owner label or
+// the upgrade state label and nowhere else.
+func onlyOwnerOrStateChanged(o, n map[string]string) bool {
+	for k, v := range n {
+		if k != plan.LabelOwner && k != plan.LabelUpgradeState && o[k] != v {
+			return false
+		}
+	}
+	for k := range o {
+		if _, ok := n[k]; !ok && k != plan.LabelOwner && k != plan.LabelUpgradeState {
+			return false
+		}
+	}
+	return true
 }
 
 // deletionPredicate passes updates that start a deletion (finalizers hold the object).

@@ -202,7 +202,13 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 				out[d.Name].Conflicts = append(out[d.Name].Conflicts, Conflict{Node: n.Name, Drivers: names})
 				conflictNodes[d.Name] = append(conflictNodes[d.Name], n.Name)
 			}
-			p.Owner[n.Name] = n.Labels[LabelOwner]
+			// The node keeps the owner it had, if that CR still lives: a label
+			// naming a deleted CR would hold nothing but the node itself.
+			if prev := n.Labels[LabelOwner]; out[prev] != nil {
+				p.Owner[n.Name] = prev
+			} else {
+				p.Owner[n.Name] = ""
+			}
 		}
 	}
 

@@ -282,11 +282,16 @@ func TestControllerSeedGoldSilver(t *testing.T) {
 		t.Errorf("DaemonSet names: %v", names(got))
 	}
 	sel := gold.Spec.Template.Spec.NodeSelector
-	for k, v := range map[string]string{"driver.config": "gold", plan.LabelOSID: "ubuntu", plan.LabelOSVersion: "22.04",
+	for k, v := range map[string]string{plan.LabelOSID: "ubuntu", plan.LabelOSVersion: "22.04",
 		plan.LabelDeployDriver: "true", plan.LabelGPUPresent: "true", plan.LabelOwner: "demo-gold"} {
 		if sel[k] != v {
 			t.Errorf("gold nodeSelector[%s] = %q, want %q (all: %v)", k, sel[k], v, sel)
 		}
+	}
+	// The CR's own selector reaches the pods through the owner label only, so
+	// relabelling a node cannot pull its driver pod out from under GPU jobs.
+	if _, ok := sel["driver.config"]; ok {
+		t.Errorf("gold nodeSelector carries the CR's selector label: %v", sel)
 	}
 	if img := gold.Spec.Template.Spec.Containers[0].Image; img != "nvcr.io/nvidia/driver:535.104.12-ubuntu22.04" {
 		t.Errorf("gold image = %s", img)
