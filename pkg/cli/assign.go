@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -247,10 +248,16 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 	done, err := o.applyLabels(ctx, c, changes, o.DryRun == "server")
 	if err != nil {
 		o.rollback(ctx, c, done)
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted while labelling nodes; labels restored, nothing was changed")
+		}
 		return fmt.Errorf("labelling nodes failed, labels restored: %w", err)
 	}
 	if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, dryRunOpt(o.DryRun)); err != nil { //nolint:staticcheck
 		o.rollback(ctx, c, done)
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted before NVIDIADriver %q was written; node labels restored", o.Name)
+		}
 		return fmt.Errorf("writing NVIDIADriver %q failed, node labels restored: %w", o.Name, err)
 	}
 	o.report(changes, existing, verb, suffix)
@@ -444,6 +451,10 @@ func (o *AssignOptions) applyLabels(ctx context.Context, c client.Client, change
 }
 
 func (o *AssignOptions) rollback(ctx context.Context, c client.Client, done []nodeChange) {
+	// The restore must run even when the failure was an interrupt (the
+	// command's context is then cancelled): all or nothing.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	for _, ch := range done {
 		if err := patchLabel(ctx, c, ch.name, o.LabelKey, ch.previous, false); err != nil {
 			fmt.Fprintf(o.Streams.ErrOut, "error: restoring label %s on node %s: %v: fix it with kubectl label node %s %s\n", o.LabelKey, ch.name, err, ch.name, restoreArg(o.LabelKey, ch.previous))

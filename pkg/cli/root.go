@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -66,7 +69,11 @@ Exit status: 0 ok, 1 error, 3 findings (conflicts, doctor errors, failed upgrade
 
 // Main runs the plugin and returns its exit code.
 func Main(args []string, in io.Reader, out, errOut io.Writer) int {
-	return MainContext(context.Background(), args, in, out, errOut)
+	// Ctrl-C cancels the command's context: a write in flight fails, and a
+	// command that changed something puts it back (assign restores labels).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return MainContext(ctx, args, in, out, errOut)
 }
 
 // MainContext is Main with a context (tests cancel it).

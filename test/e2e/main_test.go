@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,8 @@ var (
 	scheme     = k8sruntime.NewScheme()
 	controller *exec.Cmd
 	ctrlLog    string
+	// ctrlMetrics is the controller's metrics address.
+	ctrlMetrics string
 	// controllerKubeconfig impersonates the chart's ServiceAccount.
 	controllerKubeconfig string
 	// listening TCP sockets before and after the cluster started
@@ -145,8 +148,14 @@ func startController(extra ...string) error {
 		return err
 	}
 	ctrlLog = f.Name()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctrlMetrics = l.Addr().String()
+	l.Close()
 	args := append([]string{"--kubeconfig", controllerKubeconfig, "--namespace", driverNS, "--leader-elect=true",
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--validation-timeout", "15s"}, extra...)
+		"--metrics-bind-address", ctrlMetrics, "--health-probe-bind-address", "127.0.0.1:0", "--validation-timeout", "15s"}, extra...)
 	controller = exec.Command(filepath.Join(binDir, "controller"), args...)
 	controller.Stdout, controller.Stderr = f, f
 	return controller.Start()

@@ -34,6 +34,8 @@ type apiProxy struct {
 	requests []string
 	url      string
 	kubecfg  string
+	// before, when set, sees each request before it is forwarded.
+	before func(*http.Request)
 }
 
 var (
@@ -59,6 +61,12 @@ func cliProxy(t *testing.T) *apiProxy {
 		p.url = "http://" + ln.Addr().String()
 		go func() {
 			_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.mu.Lock()
+				hook := p.before
+				p.mu.Unlock()
+				if hook != nil {
+					hook(r)
+				}
 				sw := &statusWriter{ResponseWriter: w, code: 200}
 				rp.ServeHTTP(sw, r)
 				p.mu.Lock()
@@ -462,5 +470,58 @@ func TestInvalidInvocations(t *testing.T) {
 	_ = k8s.Get(ctx, client.ObjectKey{Name: "bad-existing"}, d)
 	if d.Spec.Version != "535.104.12" || d.Generation != 1 {
 		t.Errorf("bad-existing changed: version %q generation %d", d.Spec.Version, d.Generation)
+	}
+}
+
+// Ctrl-C between labelling the nodes and writing the CR: the plugin puts the
+// labels back, so the cluster is as before: never half an assignment.
+func TestAssignInterruptedIsAllOrNothing(t *testing.T) {
+	nodes := cliNodes(t, "intr", 2, nil)
+	createNodes(t, nodes)
+	t.Cleanup(func() { deleteDriver(t, "intr-a"); deleteDriver(t, "intr-b") })
+	p := cliProxy(t)
+	t.Cleanup(func() { p.mu.Lock(); p.before = nil; p.mu.Unlock() })
+
+	for _, tc := range []struct {
+		name, driver string
+		// cancelOn: the request at which the user presses Ctrl-C.
+		cancelOn func(r *http.Request) bool
+	}{
+		{"before the CR write", "intr-a", func(r *http.Request) bool {
+			return r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/nvidiadrivers/") && r.URL.Query().Get("dryRun") == ""
+		}},
+		{"during the labelling", "intr-a", func(r *http.Request) bool {
+			return r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/nodes/intr-1") && r.URL.Query().Get("dryRun") == ""
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p.mu.Lock()
+			p.before = func(r *http.Request) {
+				if tc.cancelOn(r) {
+					cancel()
+					<-r.Context().Done() // the client gives up on this request
+				}
+			}
+			p.mu.Unlock()
+			var out, errOut bytes.Buffer
+			code := cli.MainContext(ctx, []string{"--kubeconfig", p.kubecfg, "assign", tc.driver, "--nodes", "intr-0,intr-1", "--version", "550.90.07"},
+				strings.NewReader(""), &out, &errOut)
+			p.mu.Lock()
+			p.before = nil
+			p.mu.Unlock()
+			if code != cli.ExitError || !strings.Contains(errOut.String(), "interrupted") || !strings.Contains(errOut.String(), "restored") {
+				t.Fatalf("exit %d, want 1 saying interrupted and restored\n%s%s", code, out.String(), errOut.String())
+			}
+			for _, n := range []string{"intr-0", "intr-1"} {
+				if v, ok := nodeLabel(t, n, "driver.config"); ok {
+					t.Errorf("%s keeps driver.config=%q after the interrupted assign", n, v)
+				}
+			}
+			if err := k8s.Get(context.Background(), client.ObjectKey{Name: tc.driver}, &v1alpha1.NVIDIADriver{}); err == nil {
+				t.Errorf("NVIDIADriver %s exists after the interrupted assign", tc.driver)
+			}
+		})
 	}
 }
