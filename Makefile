@@ -19,7 +19,7 @@ PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
 BENCH_NODES ?= 1000
 BENCH_FLAGS ?=
 
-.PHONY: fuzz bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
+.PHONY: test-faults fuzz bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
 
 all: build
 
@@ -77,6 +77,10 @@ fuzz: ## run every fuzz target for FUZZTIME (60s) each; not in CI (the committed
 	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./pkg/plan
 	$(GO) test -run '^$$' -fuzz '^FuzzImage$$' -fuzztime $(FUZZTIME) ./pkg/plan
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateVersion$$' -fuzztime $(FUZZTIME) ./pkg/cli
+
+test-faults: ## the full fault suite: 25 controller kills during a 50-node rollout, API server restart, leader failover (~15 min)
+	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm >/dev/null
+	NVDRIVER_FAULT_KILLS=25 $(GO) test -count=1 -timeout 45m -v -run 'TestCrashResume|TestAPIServerRestart|TestLeaderElectionFailover' ./test/e2e/...
 
 bench-micro: ## Go micro-benchmarks: plan.Compute and render at 100-5,000 nodes x 20 CRs, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/plan ./pkg/render

@@ -54,6 +54,7 @@ func run() int {
 	flag.StringVar(&hostRoot, "host-root", "/", "host root filesystem path mounted into the driver manager")
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
 	flag.BoolVar(&labelPrivileged, "label-namespace-privileged", false, "label the driver namespace pod-security.kubernetes.io/enforce=privileged (driver pods are privileged)")
+	pprofAddr := flag.String("pprof-bind-address", "", "serve net/http/pprof here (e.g. 127.0.0.1:6060); empty: off")
 	qps := flag.Float64("kube-api-qps", 100, "client requests per second to kube-apiserver (controller-runtime's default is 20; the first start patches every GPU node)")
 	burst := flag.Int("kube-api-burst", 200, "client burst to kube-apiserver")
 	validationSelector := flag.String("validation-pod-selector", "", "label selector of pods that must be Ready on a node before its upgrade validates (e.g. app=nvidia-operator-validator); empty: the driver pod alone")
@@ -121,6 +122,7 @@ func run() int {
 		Cache:                         controller.CacheOptions(namespace),
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              *pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              LeaseName,
 		LeaderElectionNamespace:       leNamespace,

@@ -235,10 +235,27 @@ func (o *UpgradeOptions) wait(ctx context.Context, c client.Client) error {
 	tty := print.IsTerminal(o.Streams.Out)
 	st := print.NewStyles(o.Streams.Out, *o.NoColor)
 	last := ""
+	lost := false
 	for {
 		p, err := o.readProgress(ctx, c)
 		if err != nil && ctx.Err() == nil {
-			return err
+			// The CR gone or access denied will not heal; a lost connection
+			// (API server restart, network blip, watch cache reset) does: keep
+			// following until the timeout, saying so once.
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+				return err
+			}
+			if !lost {
+				if tty {
+					fmt.Fprintln(o.Streams.Out)
+				}
+				fmt.Fprintf(o.Streams.ErrOut, "warning: lost the API server (%v); still following, until the timeout\n", err)
+				lost = true
+			}
+		}
+		if err == nil && lost {
+			fmt.Fprintf(o.Streams.ErrOut, "warning: API server back; following again\n")
+			lost = false
 		}
 		if err == nil {
 			line := progressLine(p, tty, st)

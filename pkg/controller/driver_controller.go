@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,7 +51,14 @@ type DriverReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Options  Options
+	// APIReader reads what is not cached (the secretEnv Secret's existence,
+	// by name in the driver namespace: never a cluster-wide Secret watch).
+	APIReader client.Reader
 }
+
+// recheckMissing is how often a CR waiting for a missing object is looked at
+// again (Secrets are not watched).
+const recheckMissing = 30 * time.Second
 
 // Reconcile implements reconcile.Reconciler.
 func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -94,7 +103,13 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			failure = r.deleteStale(ctx, d, pd, owned)
 		}
 	}
-	if failure != nil {
+	missing := false
+	if failure == nil && pd.Error == nil {
+		if failure = r.checkSecretEnv(ctx, d); failure != nil {
+			missing = apierrors.IsNotFound(errors.Unwrap(failure))
+		}
+	}
+	if failure != nil && !missing {
 		logger.Error(failure, "reconcile failed")
 	}
 	r.eventOnNewError(d, pd)
@@ -111,7 +126,32 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	recordState(d.Name, st.State)
+	if missing {
+		// Valid at admission, impossible at runtime: reported in the status
+		// (and by doctor), looked at again calmly rather than retried hot.
+		return ctrl.Result{RequeueAfter: recheckMissing}, nil
+	}
 	return ctrl.Result{}, failure
+}
+
+// checkSecretEnv: the Secret spec.secretEnv names must exist in the driver
+// namespace, or the driver pods cannot start. Metadata only: its data is
+// none of our business.
+func (r *DriverReconciler) checkSecretEnv(ctx context.Context, d *v1alpha1.NVIDIADriver) error {
+	if d.Spec.SecretEnv == "" || r.APIReader == nil {
+		return nil
+	}
+	sec := &metav1.PartialObjectMetadata{}
+	sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Options.Namespace, Name: d.Spec.SecretEnv}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("spec.secretEnv names Secret %s/%s, which does not exist: the driver pods cannot start until it does (kubectl -n %s create secret generic %s --from-literal=KEY=VALUE, or remove spec.secretEnv): %w",
+			r.Options.Namespace, d.Spec.SecretEnv, r.Options.Namespace, d.Spec.SecretEnv, err)
+	case err != nil:
+		return fmt.Errorf("checking Secret %s/%s (spec.secretEnv): %w", r.Options.Namespace, d.Spec.SecretEnv, err)
+	}
+	return nil
 }
 
 // ownedDaemonSets lists the DaemonSets this CR controls, by name.

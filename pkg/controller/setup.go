@@ -68,6 +68,7 @@ func CacheOptions(namespace string) cache.Options {
 			&corev1.Pod{}: {
 				Namespaces: map[string]cache.Config{namespace: {}},
 				Label:      labels.NewSelector().Add(*component),
+				Transform:  trimPod,
 			},
 		},
 	}
@@ -100,6 +101,41 @@ func trimNode(obj any) (any, error) {
 			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
 		}
 	}
+	return out, nil
+}
+
+// trimPod keeps of a driver pod what the upgrade machine and the node
+// labeller read: identity, labels, owner, node, phase, readiness and restart
+// counts. A driver pod's spec (containers, volumes, env) is most of its size,
+// and there is one per GPU node.
+func trimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels,
+			OwnerReferences: p.OwnerReferences, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	trim := func(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+		var cs []corev1.ContainerStatus
+		for _, c := range in {
+			cs = append(cs, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount, Ready: c.Ready})
+		}
+		return cs
+	}
+	out.Status.InitContainerStatuses = trim(p.Status.InitContainerStatuses)
+	out.Status.ContainerStatuses = trim(p.Status.ContainerStatuses)
 	return out, nil
 }
 
@@ -191,7 +227,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
 	})
 
-	dr := &DriverReconciler{Client: c, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts}
+	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts}
 	// A CR's change can move nodes to or from others (default fallback,
 	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
 	if err := ctrl.NewControllerManagedBy(mgr).

@@ -309,9 +309,7 @@ metadata: {name: api-restart}
 spec: {version: "535.104.12", nodeSelector: {api: "yes"}}
 `)
 	restartAPIServer(t, 4*time.Second)
-	// A change made after the restart must be seen through the new watches.
-	kubectl(t, "patch", "nvidiadriver/api-restart", "--type=merge", `-p={"spec":{"version":"550.90.07"}}`)
-	eventually(t, 3*time.Minute, "api-restart ready on 550.90.07 after the restart", func() error {
+	eventually(t, 3*time.Minute, "api-restart ready after the restart", func() error {
 		d := &v1alpha1.NVIDIADriver{}
 		if err := k8s.Get(context.Background(), clientKey("api-restart"), d); err != nil {
 			return err
@@ -319,13 +317,46 @@ spec: {version: "535.104.12", nodeSelector: {api: "yes"}}
 		if d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
 			return fmt.Errorf("state %q, observed %d of %d", d.Status.State, d.Status.ObservedGeneration, d.Generation)
 		}
-		for _, p := range driverPods(t) {
-			if (p.Spec.NodeName == "gpu-node-0" || p.Spec.NodeName == "gpu-node-2") && !strings.Contains(p.Spec.Containers[0].Image, "550.90.07") {
-				return fmt.Errorf("%s runs %s", p.Name, p.Spec.Containers[0].Image)
-			}
-		}
 		return allNodesIn(t, "api-restart", 2, upgrade.StateDone)
 	})
+
+	// A change made after the restart is seen through the new watches, and
+	// `upgrade --wait` follows the rollout through a second outage.
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	res := make(chan result, 1)
+	d0 := &v1alpha1.NVIDIADriver{}
+	_ = k8s.Get(context.Background(), clientKey("api-restart"), d0)
+	go func() {
+		code, out, errOut := nvdriverNoT("upgrade", "api-restart", "--to", "550.90.07", "--wait", "--timeout", "3m")
+		res <- result{code, out, errOut}
+	}()
+	eventually(t, 30*time.Second, "the version patched", func() error {
+		d := &v1alpha1.NVIDIADriver{}
+		_ = k8s.Get(context.Background(), clientKey("api-restart"), d)
+		if d.Generation == d0.Generation {
+			return fmt.Errorf("generation %d", d.Generation)
+		}
+		return nil
+	})
+	restartAPIServer(t, 4*time.Second)
+	var r result
+	select {
+	case r = <-res:
+	case <-time.After(4 * time.Minute):
+		t.Fatal("upgrade --wait did not return")
+	}
+	if r.code != 0 || !strings.Contains(r.out, "upgraded") {
+		t.Fatalf("upgrade --wait across an API server restart: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	t.Logf("upgrade --wait across the restart: %s", strings.TrimSpace(r.errOut))
+	for _, p := range driverPods(t) {
+		if (p.Spec.NodeName == "gpu-node-0" || p.Spec.NodeName == "gpu-node-2") && !strings.Contains(p.Spec.Containers[0].Image, "550.90.07") {
+			t.Errorf("%s runs %s", p.Name, p.Spec.Containers[0].Image)
+		}
+	}
 	if controller.Process.Pid != pid || controller.ProcessState != nil {
 		t.Fatalf("the controller was restarted (pid %d -> %d): it must recover on its own", pid, controller.Process.Pid)
 	}

@@ -19,6 +19,16 @@ import (
 // nvdriver runs the built plugin binary as kubectl would, returning its exit code.
 func nvdriver(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	code, out, errOut := nvdriverNoT(args...)
+	if code < 0 {
+		t.Fatal(errOut)
+	}
+	return code, out, errOut
+}
+
+// nvdriverNoT runs the plugin (safe off the test goroutine); code -1 means it
+// could not run.
+func nvdriverNoT(args ...string) (int, string, string) {
 	cmd := exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1")
 	var out, errOut strings.Builder
@@ -29,7 +39,7 @@ func nvdriver(t *testing.T, args ...string) (int, string, string) {
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatal(err)
+		return -1, "", err.Error()
 	}
 	return code, out.String(), errOut.String()
 }
