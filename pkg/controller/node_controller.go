@@ -180,7 +180,7 @@ func setAnnotation(changes map[string]map[string]*string, node, key, value strin
 // nodesRunningDrivers are the nodes where a driver pod runs (not terminating).
 func (r *NodeLabeler) nodesRunningDrivers(ctx context.Context) (map[string]bool, error) {
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace)); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 		return nil, fmt.Errorf("listing driver pods: %w", err)
 	}
 	out := map[string]bool{}

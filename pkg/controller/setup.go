@@ -46,6 +46,13 @@ type Options struct {
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"
 
+// podControllerIndex and podNodeIndex index the cached driver pods by their
+// DaemonSet's UID and by node.
+const (
+	podControllerIndex = "nvdriver.pod.controller"
+	podNodeIndex       = "nvdriver.pod.node"
+)
+
 // runByIndex indexes nodes by the NVIDIADriver whose upgrade machine carries
 // them (upgrade.RunBy): the owner, or the destination of a move.
 const runByIndex = "nvdriver.runBy"
@@ -198,6 +205,22 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podControllerIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
+			return []string{string(ref.UID)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Node{}, runByIndex, func(o client.Object) []string {
 		if by := upgrade.RunBy(o.GetLabels()[plan.LabelOwner], o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != "" {
 			return []string{by}
@@ -343,7 +366,8 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 			return nil
 		}
 		ds := &appsv1.DaemonSet{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, ds); err != nil {
+		// Read only, once per pod event: no copy of the whole DaemonSet.
+		if err := c.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, ds, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		if dref := metav1.GetControllerOf(ds); dref != nil && dref.Kind == "NVIDIADriver" {

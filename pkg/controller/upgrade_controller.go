@@ -180,7 +180,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		}
 	}
 	dss := &appsv1.DaemonSetList{}
-	opts := []client.ListOption{client.InNamespace(r.Options.Namespace)}
+	opts := []client.ListOption{client.InNamespace(r.Options.Namespace), client.UnsafeDisableDeepCopy} // read only
 	if len(movingIn) == 0 {
 		opts = append(opts, client.MatchingFields{ownerIndex: string(d.UID)})
 	}
@@ -198,14 +198,33 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 			foreign[ds.UID] = true
 		}
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace)); err != nil {
-		return nil, nil, err
+	// Only this CR's pods (by DaemonSet) and the pods on nodes moving in (by
+	// node), through cache indexes: listing every driver pod of the cluster
+	// for each CR's pass made a rollout quadratic in nodes. The objects are
+	// the cache's own (read, never modified; the one deleted is copied).
+	var items []corev1.Pod
+	list := func(field, value string) error {
+		pods := &corev1.PodList{}
+		if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace), client.MatchingFields{field: value}, client.UnsafeDisableDeepCopy); err != nil {
+			return err
+		}
+		items = append(items, pods.Items...)
+		return nil
+	}
+	for uid := range gen {
+		if err := list(podControllerIndex, string(uid)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for node := range movingIn {
+		if err := list(podNodeIndex, node); err != nil {
+			return nil, nil, err
+		}
 	}
 	out := map[string]*upgrade.DriverPod{}
 	objs := map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range items {
+		p := &items[i]
 		ref := metav1.GetControllerOf(p)
 		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
 			continue
@@ -222,7 +241,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		// Prefer the live pod over one being deleted.
 		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
 			out[p.Spec.NodeName] = dp
-			objs[p.Spec.NodeName] = p
+			objs[p.Spec.NodeName] = p.DeepCopy()
 		}
 	}
 	return out, objs, nil

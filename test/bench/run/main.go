@@ -336,7 +336,49 @@ func (e *env) firstStart() error {
 	res.Values["controller_heap_alloc_mib"] = m.sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
 	logf("controller after convergence: RSS %.0f MiB (peak %.0f), heap in use %.0f MiB",
 		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_heap_inuse_mib"])
+	e.ctrl.heapProfile(fmt.Sprintf("bench-results/heap-%d.pprof", *nodesN))
 	return nil
+}
+
+// cpuProfile saves a CPU profile of the controller over d and logs its top.
+func (p *controllerProc) cpuProfile(path string, d time.Duration) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", p.pprof, int(d.Seconds())))
+	if err != nil {
+		logf("cpu profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	_ = os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755)
+	f, err := os.Create(filepath.Join(root, path))
+	if err != nil {
+		return
+	}
+	_, _ = f.ReadFrom(resp.Body)
+	f.Close()
+	top, _ := exec.Command("go", "tool", "pprof", "-top", "-nodecount", "15", filepath.Join(root, path)).CombinedOutput()
+	logf("CPU profile saved to %s:\n%s", path, top)
+}
+
+// heapProfile saves the controller's heap profile (after a GC) and logs its
+// top entries: the evidence behind the memory figure.
+func (p *controllerProc) heapProfile(path string) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", p.pprof))
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	_ = os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755)
+	f, err := os.Create(filepath.Join(root, path))
+	if err != nil {
+		return
+	}
+	_, _ = f.ReadFrom(resp.Body)
+	f.Close()
+	top, _ := exec.Command("go", "tool", "pprof", "-top", "-inuse_space", "-nodecount", "12", filepath.Join(root, path)).CombinedOutput()
+	logf("heap profile saved to %s:\n%s", path, top)
+	m := p.scrape()
+	res.Values["controller_live_heap_mib"] = m.sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
 }
 
 func (e *env) waitAllReady(d time.Duration) error {
@@ -474,6 +516,7 @@ func (e *env) idle() error {
 	res.Values["idle_log_bytes_per_hour"] = median(logBytes)
 	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores, %.0f log bytes/hour",
 		*idle, sum(writes), sum(leaseWrites), median(reqs), median(cpu), median(logBytes))
+	e.ctrl.cpuProfile(fmt.Sprintf("bench-results/idle-cpu-%d.pprof", *nodesN), 20*time.Second)
 	return nil
 }
 
@@ -482,6 +525,9 @@ func (e *env) idle() error {
 // owner label changed where no driver pod ran).
 func (e *env) moveLatency() error {
 	m0, c0 := e.ctrl.scrape(), e.ctrl.cpuSeconds()
+	profiled := make(chan struct{})
+	go func() { e.ctrl.cpuProfile(fmt.Sprintf("bench-results/moves-cpu-%d.pprof", *nodesN), 15*time.Second); close(profiled) }()
+	defer func() { <-profiled }()
 	var lat []float64
 	// Group 2p's nodes move to group 2p+1 (label-2p -> label-2p+1), p = 0..4.
 	type move struct{ node, group, to string }
@@ -619,6 +665,7 @@ func (e *env) report() {
 type controllerProc struct {
 	cmd     *exec.Cmd
 	port    int
+	pprof   int
 	logPath string
 	done    chan struct{}
 }
@@ -633,14 +680,15 @@ func freePort() int {
 }
 
 func startController(kubeconfig, tag string) (*controllerProc, error) {
-	p := &controllerProc{port: freePort(), done: make(chan struct{})}
+	p := &controllerProc{port: freePort(), pprof: freePort(), done: make(chan struct{})}
 	p.logPath = filepath.Join(os.TempDir(), fmt.Sprintf("nvdriver-bench-controller-%s.log", tag))
 	f, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
 	}
 	p.cmd = exec.Command(filepath.Join(root, "bin", "controller"), "--kubeconfig", kubeconfig, "--namespace", namespace,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.port), "--health-probe-bind-address", "127.0.0.1:0")
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.port), "--health-probe-bind-address", "127.0.0.1:0",
+		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", p.pprof))
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
