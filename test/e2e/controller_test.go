@@ -65,10 +65,16 @@ func TestSeedMultipleVersions(t *testing.T) {
 		}
 	}
 	ds := kubectl(t, "get", "-n", driverNS, "ds", "-l", "app.kubernetes.io/component=nvidia-driver", "-o", "wide")
-	for _, s := range []string{"driver.config=gold", "feature.node.kubernetes.io/system-os_release.ID=ubuntu", "feature.node.kubernetes.io/system-os_release.VERSION_ID=22.04", "nvidia.com/gpu.deploy.driver=true", "nvidia.com/gpu.present=true"} {
+	// The seed's sample output lists driver.config=gold here; ours carries the
+	// selection as the owner label instead (README: deliberate difference, so a
+	// relabelled node is drained before its driver pod goes).
+	for _, s := range []string{"nvidia.com/gpu-operator.driver.owner=demo-gold", "feature.node.kubernetes.io/system-os_release.ID=ubuntu", "feature.node.kubernetes.io/system-os_release.VERSION_ID=22.04", "nvidia.com/gpu.deploy.driver=true", "nvidia.com/gpu.present=true"} {
 		if !strings.Contains(ds, s) {
 			t.Errorf("DaemonSet node selectors lack %q:\n%s", s, ds)
 		}
+	}
+	if strings.Contains(ds, "driver.config=") {
+		t.Errorf("DaemonSet node selectors carry the CR's selector label:\n%s", ds)
 	}
 }
 

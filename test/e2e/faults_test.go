@@ -123,15 +123,9 @@ spec:
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			nl := &corev1.NodeList{}
-			if err := k8s.List(ctx, nl, client.MatchingLabels{"crash": "yes"}); err != nil {
-				continue
-			}
-			byName := map[string]*corev1.Node{}
-			for i := range nl.Items {
-				byName[nl.Items[i].Name] = &nl.Items[i]
-			}
-			// Driver pods before GPU pods (see TestUpgradeRollout).
+			// Driver pods, then GPU jobs, then nodes: each check compares
+			// something seen gone with a state read after it (states only
+			// advance), so the sampler's own delay cannot fake a violation.
 			dps := driverPods(t)
 			alive := map[string]bool{}
 			for _, p := range dps {
@@ -149,6 +143,10 @@ spec:
 					jobOn[p.Spec.NodeName] = true
 				}
 			}
+			nl := &corev1.NodeList{}
+			if err := k8s.List(ctx, nl, client.MatchingLabels{"crash": "yes"}); err != nil {
+				continue
+			}
 			mu.Lock()
 			for _, p := range dps {
 				if podsSeen[p.Spec.NodeName] == nil {
@@ -156,31 +154,37 @@ spec:
 				}
 				podsSeen[p.Spec.NodeName][p.Name] = true
 			}
-			for name, n := range byName {
-				s := n.Labels[upgrade.LabelState]
-				if r, ok := stateRank[s]; ok {
+			for i := range nl.Items {
+				n := &nl.Items[i]
+				name, s := n.Name, n.Labels[upgrade.LabelState]
+				r, inMachine := stateRank[s]
+				if inMachine {
 					if r < maxRank[name] {
 						problems = append(problems, fmt.Sprintf("%s went back from rank %d to %s", name, maxRank[name], s))
 					}
 					maxRank[name] = max(maxRank[name], r)
 				}
-				// A GPU job leaves only from a cordoned node in (or past) its
-				// eviction step: never before the node was taken out of service.
+				past := maxRank[name] >= stateRank[upgrade.StatePodDeletion] || (s == upgrade.StateDone && len(podsSeen[name]) >= 2)
+				// A GPU job leaves only once its node reached its eviction step,
+				// and while the node is out of service.
 				if name != "cr-7" && !jobOn[name] && !jobGone[name] {
 					jobGone[name] = true
-					if !n.Spec.Unschedulable || stateRank[s] < stateRank[upgrade.StatePodDeletion] {
-						problems = append(problems, fmt.Sprintf("GPU job on %s went while the node was %s, unschedulable=%v", name, s, n.Spec.Unschedulable))
+					if !past {
+						problems = append(problems, fmt.Sprintf("GPU job on %s went before the node reached pod-deletion-required (now %q)", name, s))
 					}
 				}
 				// The old driver pod goes only once the node is cordoned and empty.
 				if old := oldPods[name]; old != "" && !alive[old] && !driverGone[name] {
 					driverGone[name] = true
-					if upgrade.InProgress(s) && jobOn[name] {
+					if jobOn[name] {
 						problems = append(problems, fmt.Sprintf("driver pod %s deleted while the GPU job still ran on %s", old, name))
 					}
 					if upgrade.InProgress(s) && !n.Spec.Unschedulable {
-						problems = append(problems, fmt.Sprintf("driver pod %s deleted on %s while it was schedulable", old, name))
+						problems = append(problems, fmt.Sprintf("driver pod %s deleted on %s while it was schedulable (%s)", old, name, s))
 					}
+				}
+				if inMachine && r >= stateRank[upgrade.StatePodDeletion] && !n.Spec.Unschedulable {
+					problems = append(problems, fmt.Sprintf("%s schedulable in %s", name, s))
 				}
 			}
 			mu.Unlock()

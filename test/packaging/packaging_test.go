@@ -134,6 +134,10 @@ func TestHelmChart(t *testing.T) {
 				if res == "secrets" && kind == "ClusterRole" {
 					t.Errorf("ClusterRole grants %v on secrets", r.Verbs)
 				}
+				// In its namespace: get by name only (does spec.secretEnv exist?).
+				if res == "secrets" && kind == "Role" && strings.Join(r.Verbs, ",") != "get" {
+					t.Errorf("Role grants %v on secrets; only get is needed", r.Verbs)
+				}
 			}
 		}
 	}

@@ -526,7 +526,10 @@ func (e *env) idle() error {
 func (e *env) moveLatency() error {
 	m0, c0 := e.ctrl.scrape(), e.ctrl.cpuSeconds()
 	profiled := make(chan struct{})
-	go func() { e.ctrl.cpuProfile(fmt.Sprintf("bench-results/moves-cpu-%d.pprof", *nodesN), 15*time.Second); close(profiled) }()
+	go func() {
+		e.ctrl.cpuProfile(fmt.Sprintf("bench-results/moves-cpu-%d.pprof", *nodesN), 15*time.Second)
+		close(profiled)
+	}()
 	defer func() { <-profiled }()
 	var lat []float64
 	// Group 2p's nodes move to group 2p+1 (label-2p -> label-2p+1), p = 0..4.
