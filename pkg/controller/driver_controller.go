@@ -54,6 +54,8 @@ type DriverReconciler struct {
 	// APIReader reads what is not cached (the secretEnv Secret's existence,
 	// by name in the driver namespace: never a cluster-wide Secret watch).
 	APIReader client.Reader
+
+	plans *planCache
 }
 
 // recheckMissing is how often a CR waiting for a missing object is looked at
@@ -68,11 +70,10 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 
-	snap, err := takeSnapshot(ctx, r.Client)
+	snap, p, err := r.plans.compute(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	p := plan.Compute(snap.planNodes(), snap.drivers)
 
 	if !d.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, d, snap)

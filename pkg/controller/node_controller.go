@@ -26,11 +26,13 @@ var nodeLabelsKey = ctrl.Request{NamespacedName: types.NamespacedName{Name: "nod
 type NodeLabeler struct {
 	Client    client.Client
 	Namespace string
+
+	plans *planCache
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	snap, err := takeSnapshot(ctx, r.Client)
+	snap, p, err := r.plans.compute(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -43,7 +45,6 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 			set(changes, nodes[i].Name, k, v)
 		}
 	}
-	p := plan.Compute(nodes, snap.drivers)
 	running, err := r.nodesRunningDrivers(ctx)
 	if err != nil {
 		return ctrl.Result{}, err

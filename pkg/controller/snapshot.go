@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,4 +41,53 @@ func (s *snapshot) planNodes() []plan.Node {
 		out[i] = plan.Node{Name: s.nodes[i].Name, Labels: s.nodes[i].Labels}
 	}
 	return out
+}
+
+// planCache shares one plan among the reconciles that see the same cluster:
+// one node event wakes every CR (and the node labeller), and each used to
+// recompute the same plan — most of the controller's CPU at thousands of
+// nodes. gen is bumped by informer handlers on every event the plan depends
+// on (node added, removed or relabelled; any NVIDIADriver change); a plan is
+// reused only for the gen it was computed at.
+type planCache struct {
+	gen   atomic.Uint64
+	mu    sync.Mutex
+	at    uint64
+	valid bool
+	plan  plan.Plan
+}
+
+func (c *planCache) changed() { c.gen.Add(1) }
+
+// compute takes a snapshot and returns it with the plan for it. The gen is
+// read before the snapshot, so a cached plan is never older than the events
+// counted in its gen; an event landing in between bumps gen and wakes the
+// reconcile again.
+func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, plan.Plan, error) {
+	if c == nil { // no cache wired (tests building a reconciler by hand)
+		snap, err := takeSnapshot(ctx, r)
+		if err != nil {
+			return nil, plan.Plan{}, err
+		}
+		return snap, plan.Compute(snap.planNodes(), snap.drivers), nil
+	}
+	g := c.gen.Load()
+	snap, err := takeSnapshot(ctx, r)
+	if err != nil {
+		return nil, plan.Plan{}, err
+	}
+	c.mu.Lock()
+	if c.valid && c.at == g {
+		p := c.plan
+		c.mu.Unlock()
+		return snap, p, nil
+	}
+	c.mu.Unlock()
+	p := plan.Compute(snap.planNodes(), snap.drivers)
+	c.mu.Lock()
+	if !c.valid || g >= c.at {
+		c.at, c.plan, c.valid = g, p, true
+	}
+	c.mu.Unlock()
+	return snap, p, nil
 }

@@ -41,10 +41,52 @@ const requeueWhileUpgrading = 2 * time.Second
 // passWorkers bounds the concurrent API calls of one upgrade pass.
 const passWorkers = 16
 
+// cacheCatchUp is how soon a pass that found the cache behind our own node
+// writes runs again (the watch event is usually milliseconds away).
+const cacheCatchUp = 100 * time.Millisecond
+
+// cacheBehind: some node in the cache is still the version from before our
+// last write to it. Nodes seen past that version are forgotten.
+func (r *UpgradeReconciler) cacheBehind(nodes []corev1.Node) bool {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	behind := false
+	for i := range nodes {
+		pre, ok := r.written[nodes[i].Name]
+		if !ok {
+			continue
+		}
+		if nodes[i].ResourceVersion == pre {
+			behind = true
+		} else {
+			delete(r.written, nodes[i].Name)
+		}
+	}
+	return behind
+}
+
+func (r *UpgradeReconciler) wrote(node, pre string) {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	if r.written == nil {
+		r.written = map[string]string{}
+	}
+	if _, ok := r.written[node]; !ok { // keep the oldest: the cache must pass it
+		r.written[node] = pre
+	}
+}
+
 // UpgradeReconciler carries one CR's nodes through the upgrade state machine
 // (pkg/upgrade), one CR per reconcile, so one CR's stuck node never blocks
 // another CR's rollout.
 type UpgradeReconciler struct {
+	// written maps a node this machine patched to the resourceVersion it had
+	// before: while the cache still shows that version, the cache has not seen
+	// our own write, and a pass deciding on it could hand a node's budget slot
+	// out twice. The pass waits for the cache instead (kube's "expectations").
+	writtenMu sync.Mutex
+	written   map[string]string
+
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
 	Recorder  events.EventRecorder
@@ -79,6 +121,9 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(nodes.Items) == 0 {
 		return ctrl.Result{}, nil
 	}
+	if r.cacheBehind(nodes.Items) {
+		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
+	}
 	pods, podObjs, err := r.driverPods(ctx, d, nodes.Items)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -90,6 +135,9 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	// concurrently, so a pass at maxParallelUpgrades 100 is not 100 round trips long.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(passWorkers)
+	// The pods listed per node this pass, reused by the evictions it decides.
+	listed := map[string][]corev1.Pod{}
+	var podsMu sync.Mutex
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		byName[n.Name] = n
@@ -101,10 +149,21 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			in.Annotations = map[string]string{}
 		}
 		inputs[i] = in
-		needPods := in.State == upgrade.StateValidation && r.Options.ValidationPodSelector != ""
+		// Pods on the node are listed (uncached, per node) only where the
+		// decision reads them: each LIST costs a round trip against the
+		// client's rate limit, and a rollout at maxParallelUpgrades 100 has
+		// a hundred nodes in these states at once.
+		var needPods bool
 		switch in.State {
-		case upgrade.StateWaitForJobs, upgrade.StatePodDeletion, upgrade.StateDrain, upgrade.StatePodRestart:
+		case upgrade.StateValidation:
+			needPods = r.Options.ValidationPodSelector != ""
+		case upgrade.StateWaitForJobs:
+			needPods = policy.WaitForJobsSelector != ""
+		case upgrade.StatePodDeletion, upgrade.StateDrain:
 			needPods = true
+		case upgrade.StatePodRestart:
+			// Once the new driver pod runs, a GPU pod arriving changes nothing.
+			needPods = in.DriverPod == nil || !in.DriverPod.InSync
 		}
 		if !needPods {
 			continue
@@ -114,6 +173,9 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			if err != nil {
 				return err
 			}
+			podsMu.Lock()
+			listed[n.Name] = onNode
+			podsMu.Unlock()
 			in := &inputs[i]
 			if in.State == upgrade.StateValidation {
 				in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
@@ -149,7 +211,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
-			if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], dec); err != nil {
+			if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], listed[dec.Node], dec); err != nil {
 				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 				mu.Lock()
 				if firstErr == nil {
@@ -350,7 +412,15 @@ func nodeReady(n *corev1.Node) bool {
 
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done).
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, dec upgrade.Decision) error {
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, onNode []corev1.Pod, dec upgrade.Decision) error {
+	// Patches update node in place with the server's answer: a new
+	// resourceVersion means we wrote it.
+	pre := node.ResourceVersion
+	defer func() {
+		if node.ResourceVersion != pre {
+			r.wrote(node.Name, pre)
+		}
+	}()
 	for _, a := range dec.Actions {
 		var err error
 		switch a {
@@ -359,7 +429,7 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 		case upgrade.ActUncordon:
 			err = r.setUnschedulable(ctx, node, false)
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
-			err = r.evict(ctx, node.Name, a == upgrade.ActDrain)
+			err = r.evict(ctx, node.Name, onNode, a == upgrade.ActDrain)
 		case upgrade.ActMove:
 			// Done in the metadata patch below, with the state, so the owner label
 			// and the machine's state change together.
@@ -465,10 +535,14 @@ func (r *UpgradeReconciler) setUnschedulable(ctx context.Context, node *corev1.N
 
 // evict asks the Eviction API to remove the node's GPU pods (or, draining,
 // every evictable pod); a PodDisruptionBudget refusal is retried next pass.
-func (r *UpgradeReconciler) evict(ctx context.Context, node string, drain bool) error {
-	pods, err := r.podsOnNode(ctx, node)
-	if err != nil {
-		return err
+// evict evicts the node's GPU pods (all drainable pods when drain), from the
+// pods this pass listed there (listing again when it did not).
+func (r *UpgradeReconciler) evict(ctx context.Context, node string, pods []corev1.Pod, drain bool) error {
+	if pods == nil {
+		var err error
+		if pods, err = r.podsOnNode(ctx, node); err != nil {
+			return err
+		}
 	}
 	targets := gpuPods(pods)
 	if drain {

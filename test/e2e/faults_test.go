@@ -179,11 +179,12 @@ spec:
 					if jobOn[name] {
 						problems = append(problems, fmt.Sprintf("driver pod %s deleted while the GPU job still ran on %s", old, name))
 					}
-					if upgrade.InProgress(s) && !n.Spec.Unschedulable {
+					if inMachine && r < stateRank[upgrade.StateUncordon] && !n.Spec.Unschedulable {
 						problems = append(problems, fmt.Sprintf("driver pod %s deleted on %s while it was schedulable (%s)", old, name, s))
 					}
 				}
-				if inMachine && r >= stateRank[upgrade.StatePodDeletion] && !n.Spec.Unschedulable {
+				// (uncordon-required is written before the uncordon itself.)
+				if inMachine && r >= stateRank[upgrade.StatePodDeletion] && r < stateRank[upgrade.StateUncordon] && !n.Spec.Unschedulable {
 					problems = append(problems, fmt.Sprintf("%s schedulable in %s", name, s))
 				}
 			}
