@@ -5,7 +5,6 @@ package controller
 
 import (
 	"context"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"maps"
 	"slices"
@@ -251,10 +250,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
 	})
 
-	plans, err := newPlanCache(mgr)
-	if err != nil {
-		return err
-	}
+	plans := &planCache{}
 	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, plans: plans}
 	// A CR's change can move nodes to or from others (default fallback,
 	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
@@ -280,40 +276,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
 		Complete(&NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans})
-}
-
-// newPlanCache counts, straight on the informers, the events a plan depends on.
-func newPlanCache(mgr ctrl.Manager) (*planCache, error) {
-	pc := &planCache{}
-	bump := func(any) { pc.changed() }
-	ctx := context.Background()
-	nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: bump, DeleteFunc: bump,
-		UpdateFunc: func(o, n any) {
-			if oo, ok := o.(client.Object); ok {
-				if nn, ok := n.(client.Object); ok && maps.Equal(oo.GetLabels(), nn.GetLabels()) {
-					return // heartbeats and status: the plan reads labels only
-				}
-			}
-			pc.changed()
-		},
-	}); err != nil {
-		return nil, err
-	}
-	drivers, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.NVIDIADriver{})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := drivers.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: bump, DeleteFunc: bump, UpdateFunc: func(_, _ any) { pc.changed() },
-	}); err != nil {
-		return nil, err
-	}
-	return pc, nil
 }
 
 // nodeToDrivers maps node events to the CRs they can affect. A change of

@@ -3,8 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync"
-	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,38 +46,47 @@ func (s *snapshot) planNodes() []plan.Node {
 // planCache shares one plan among the reconciles that see the same cluster:
 // one node event wakes every CR (and the node labeller), and each used to
 // recompute the same plan — most of the controller's CPU at thousands of
-// nodes. gen is bumped by informer handlers on every event the plan depends
-// on (node added, removed or relabelled; any NVIDIADriver change); a plan is
-// reused only for the gen it was computed at.
+// nodes. The key is the snapshot itself (every node's and CR's name and
+// resourceVersion): the same objects give the same plan, whatever order the
+// informers delivered their events in.
 type planCache struct {
-	gen   atomic.Uint64
 	mu    sync.Mutex
-	at    uint64
+	key   uint64
 	valid bool
 	plan  plan.Plan
 }
 
-func (c *planCache) changed() { c.gen.Add(1) }
-
-// compute takes a snapshot and returns it with the plan for it. The gen is
-// read before the snapshot, so a cached plan is never older than the events
-// counted in its gen; an event landing in between bumps gen and wakes the
-// reconcile again.
-func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, plan.Plan, error) {
-	if c == nil { // no cache wired (tests building a reconciler by hand)
-		snap, err := takeSnapshot(ctx, r)
-		if err != nil {
-			return nil, plan.Plan{}, err
-		}
-		return snap, plan.Compute(snap.planNodes(), snap.drivers), nil
+func snapshotKey(s *snapshot) uint64 {
+	h := fnv.New64a()
+	for i := range s.nodes {
+		h.Write([]byte(s.nodes[i].Name))
+		h.Write([]byte{0})
+		h.Write([]byte(s.nodes[i].ResourceVersion))
+		h.Write([]byte{1})
 	}
-	g := c.gen.Load()
+	h.Write([]byte{2})
+	for i := range s.drivers {
+		h.Write([]byte(s.drivers[i].Name))
+		h.Write([]byte{0})
+		h.Write([]byte(s.drivers[i].ResourceVersion))
+		h.Write([]byte{1})
+	}
+	return h.Sum64()
+}
+
+// compute takes a snapshot and returns it with its plan, computed once per
+// distinct snapshot.
+func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, plan.Plan, error) {
 	snap, err := takeSnapshot(ctx, r)
 	if err != nil {
 		return nil, plan.Plan{}, err
 	}
+	if c == nil { // no cache wired (tests building a reconciler by hand)
+		return snap, plan.Compute(snap.planNodes(), snap.drivers), nil
+	}
+	key := snapshotKey(snap)
 	c.mu.Lock()
-	if c.valid && c.at == g {
+	if c.valid && c.key == key {
 		p := c.plan
 		c.mu.Unlock()
 		return snap, p, nil
@@ -85,9 +94,7 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	c.mu.Unlock()
 	p := plan.Compute(snap.planNodes(), snap.drivers)
 	c.mu.Lock()
-	if !c.valid || g >= c.at {
-		c.at, c.plan, c.valid = g, p, true
-	}
+	c.key, c.plan, c.valid = key, p, true
 	c.mu.Unlock()
 	return snap, p, nil
 }
