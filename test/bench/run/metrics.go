@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ---- metrics ----
+
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+type metricsText []sample
+
+func (p *controllerProc) scrape() metricsText {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.port))
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out metricsText
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		head := line[:sp]
+		s := sample{labels: map[string]string{}, value: v}
+		if i := strings.IndexByte(head, '{'); i >= 0 {
+			s.name = head[:i]
+			for _, kv := range splitLabels(head[i+1 : len(head)-1]) {
+				if j := strings.IndexByte(kv, '='); j > 0 {
+					s.labels[kv[:j]] = strings.Trim(kv[j+1:], `"`)
+				}
+			}
+		} else {
+			s.name = head
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func splitLabels(s string) []string {
+	var out []string
+	inQ, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			inQ = !inQ
+		case ',':
+			if !inQ {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+func (m metricsText) sum(name string, match map[string]string) float64 {
+	t := 0.0
+	for _, s := range m {
+		if s.name != name {
+			continue
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && s.labels[k] == v
+		}
+		if ok {
+			t += s.value
+		}
+	}
+	return t
+}
+
+// hist is a cumulative histogram: upper bound -> count.
+type hist map[float64]float64
+
+func (m metricsText) histogram(name string, match ...string) hist {
+	h := hist{}
+	for _, s := range m {
+		if s.name != name+"_bucket" {
+			continue
+		}
+		ok := true
+		for i := 0; i+1 < len(match); i += 2 {
+			ok = ok && s.labels[match[i]] == match[i+1]
+		}
+		if !ok {
+			continue
+		}
+		le := s.labels["le"]
+		b := 0.0
+		if le == "+Inf" {
+			b = 1e18
+		} else {
+			b, _ = strconv.ParseFloat(le, 64)
+		}
+		h[b] += s.value
+	}
+	return h
+}
+
+func (h hist) minus(o hist) hist {
+	out := hist{}
+	for k, v := range h {
+		out[k] = v - o[k]
+	}
+	return out
+}
+
+func (h hist) count() float64 { return h[1e18] }
+
+// quantile interpolates linearly inside the bucket holding q.
+func (h hist) quantile(q float64) float64 {
+	bounds := make([]float64, 0, len(h))
+	for b := range h {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	total := h.count()
+	if total == 0 {
+		return 0
+	}
+	rank := q * total
+	prevB, prevC := 0.0, 0.0
+	for _, b := range bounds {
+		c := h[b]
+		if c >= rank {
+			if b == 1e18 {
+				return prevB
+			}
+			if c == prevC {
+				return b
+			}
+			return prevB + (b-prevB)*(rank-prevC)/(c-prevC)
+		}
+		prevB, prevC = b, c
+	}
+	return prevB
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// report writes the JSON results and prints the markdown table.
+func (e *env) report() {
+	if *out != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		_ = os.MkdirAll(filepath.Dir(*out), 0o755)
+		_ = os.WriteFile(*out, b, 0o644)
+	}
+	v := res.Values
+	fmt.Printf("\n## %d GPU nodes, %d CRs (%s)\n\n", res.Nodes, res.CRs, res.Machine)
+	fmt.Println("| measure | result | baseline / target |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| `preview` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | `kubectl get nodes -o name` %.0f ms, %.0f MiB, %v requests: **%.2f×** (target ≤ 1.0×, ≤ 4 requests) |\n",
+		*runs, v["preview_ms"], v["preview_rss_mib"], v["preview_requests"], v["kubectl_get_nodes_ms"], v["kubectl_get_nodes_rss_mib"], v["kubectl_get_nodes_requests"], v["preview_ratio"])
+	fmt.Printf("| `status` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | **%.2f×** of `kubectl get nodes -o name` |\n",
+		*runs, v["status_ms"], v["status_rss_mib"], v["status_requests"], v["status_ratio"])
+	fmt.Printf("| controller first start (labels every node) → every CR reconciled, every node owned | %.1f s (all CRs ready incl. kube's pod creation: %.1f s) | |\n", v["first_start_seconds"], v["first_start_all_ready_seconds"])
+	fmt.Printf("| controller cold start (restart, converged) → every CR reconciled (median of %d) | %.2f s (max %.2f s) | target ≤ 10 s |\n", *runs, v["cold_start_seconds"], v["cold_start_max_seconds"])
+	fmt.Printf("| controller RSS after convergence | %.0f MiB (peak %.0f MiB), heap in use %.0f MiB | target ≤ 100 MiB |\n", v["controller_rss_mib"], v["controller_peak_rss_mib"], v["controller_heap_inuse_mib"])
+	fmt.Printf("| idle %s: writes | %v (+ %v Lease renewals by leader election) | target 0 |\n", *idle, v["idle_writes"], v["idle_lease_writes"])
+	fmt.Printf("| idle: requests/s, CPU, log volume | %.2f req/s, %.4f cores, %.0f bytes/hour | targets ≤ 1 req/s, ≤ 0.01 core, ≤ 1 MB/hour |\n", v["idle_requests_per_second"], v["idle_cores"], v["idle_log_bytes_per_hour"])
+	fmt.Printf("| node move → move state (%v moves) | p50 %.0f ms, p99 %.0f ms | target p99 ≤ 1 s |\n", v["moves"], v["move_latency_p50_ms"], v["move_latency_p99_ms"])
+	fmt.Printf("| CPU per 1,000 reconciles (during the moves) | %.2f s | |\n", v["cpu_seconds_per_1000_reconciles"])
+	fmt.Printf("| rollout of %.0f nodes at maxParallelUpgrades %d | %.1f s; %v transitions, controller latency p50 %.1f ms, p95 %.1f ms (queue wait p50 %.1f, p95 %.1f ms) | target p95 ≤ 1 s; NVIDIA ~2 min per node |\n",
+		v["rollout_nodes"], *rollP, v["rollout_seconds"], v["rollout_transitions"], v["transition_p50_ms"], v["transition_p95_ms"], v["queue_wait_p50_ms"], v["queue_wait_p95_ms"])
+}
