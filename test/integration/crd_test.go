@@ -222,3 +222,5 @@ func TestImmutableFields(t *testing.T) {
 		})
 	}
 }
+
+func yamlUnmarshal(data []byte, into any) error { return yaml.Unmarshal(data, into) }
