@@ -178,26 +178,12 @@ func bench() error {
 	if _, err := sh([]string{"KUBECONFIG=" + e.kubeconfig}, "kubectl", "wait", "--for=condition=Established", "crd/nvidiadrivers.nvidia.com"); err != nil {
 		return err
 	}
-	if err := e.applyCRs(); err != nil {
-		return err
-	}
-	if err := e.firstStart(); err != nil {
-		return err
-	}
-	if err := e.plugin(); err != nil {
-		return err
-	}
-	if err := e.coldStarts(); err != nil {
-		return err
-	}
-	if err := e.idle(); err != nil {
-		return err
-	}
-	if err := e.moveLatency(); err != nil {
-		return err
-	}
-	if err := e.rollout(); err != nil {
-		return err
+	// The phases in order; each measures against its baseline and fails the
+	// run loudly when it does not finish within its deadline.
+	for _, phase := range []func() error{e.applyCRs, e.firstStart, e.plugin, e.coldStarts, e.idle, e.moveLatency, e.rollout} {
+		if err := phase(); err != nil {
+			return err
+		}
 	}
 	e.report()
 	return nil
