@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,13 +11,17 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli/print"
@@ -140,35 +145,11 @@ func (o *AssignOptions) Validate() error {
 	return nil
 }
 
-// validateVersion mirrors the CRD's rules so the user hears about a bad
-// version before any request.
+// validateVersion is the version check the plugin makes before any request:
+// admission's rule (v1alpha1.ValidateVersion, the same as the CRD's CEL rule)
+// plus the versions that are valid tags but name no image NVIDIA publishes.
 func validateVersion(v string, precompiled bool) error {
-	if v == "" {
-		return fmt.Errorf("invalid version \"\": give a driver version such as 550.90.07 (a branch such as 535 with --precompiled)")
-	}
-	if precompiled {
-		for _, r := range v {
-			if r < '0' || r > '9' {
-				return fmt.Errorf("invalid version %q: with precompiled drivers the version is a branch such as 535 (digits only)", v)
-			}
-		}
-		return nil
-	}
-	if strings.HasPrefix(v, "sha256:") {
-		hex := strings.TrimPrefix(v, "sha256:")
-		if len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
-			return fmt.Errorf("invalid version %q: a digest is sha256: and 64 lower-case hex digits", v)
-		}
-		return nil
-	}
-	if len(v) > 128 || !(isAlnumUnderscore(v[0])) || strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != "" {
-		return fmt.Errorf("invalid version %q: use an image tag such as 550.90.07 (letters, digits, '.', '_', '-'; at most 128)", v)
-	}
-	return nil
-}
-
-func isAlnumUnderscore(b byte) bool {
-	return b == '_' || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z')
+	return v1alpha1.CheckVersionIntent(v, precompiled)
 }
 
 type nodeChange struct {
@@ -177,7 +158,8 @@ type nodeChange struct {
 }
 
 // Run plans, validates, then writes: labels first, the CR second, labels
-// restored if the CR write fails.
+// restored if the CR write fails. A run that would change nothing writes
+// nothing and says "unchanged".
 func (o *AssignOptions) Run(ctx context.Context) error {
 	c, in, err := connectAndRead(ctx, o.Flags)
 	if err != nil {
@@ -197,8 +179,71 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := o.refuseConflicts(in, targets, desired); err != nil {
+		return err
+	}
 
-	// Plan before and after, and refuse a change that creates a conflict.
+	changes := o.labelChanges(targets)
+	specChanged := existing == nil || !apiequality.Semantic.DeepEqual(existing.Spec, desired.Spec)
+	labelsChanged := false
+	for _, ch := range changes {
+		labelsChanged = labelsChanged || ch.previous == nil || *ch.previous != o.Name
+	}
+	if !specChanged && !labelsChanged {
+		o.report(changes, "unchanged", "")
+		return o.printDriver(existing)
+	}
+
+	body, err := o.applyBody(desired, existing)
+	if err != nil {
+		return err
+	}
+	// Server-side validation of the CR before any node is touched.
+	if o.DryRun != "client" && specChanged {
+		if err := c.Patch(ctx, body.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, client.DryRunAll); err != nil { //nolint:staticcheck
+			return fmt.Errorf("the API server rejects NVIDIADriver %q (nothing was changed): %v", o.Name, err)
+		}
+	}
+	action := map[bool]string{true: "configured", false: "created"}[existing != nil]
+	if !specChanged {
+		action = "unchanged"
+	}
+	verb := map[bool]string{true: "would be ", false: ""}[o.DryRun != "none" && specChanged]
+	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	if o.DryRun == "client" {
+		o.report(changes, verb+action, suffix)
+		return o.printDriver(desired)
+	}
+	done, err := o.applyLabels(ctx, c, changes, o.DryRun == "server")
+	if err != nil {
+		o.rollback(ctx, c, done)
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted while labelling nodes; labels restored, nothing was changed")
+		}
+		return fmt.Errorf("labelling nodes failed, labels restored: %w", err)
+	}
+	result := existing
+	if specChanged {
+		if err := c.Patch(ctx, body, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, dryRunOpt(o.DryRun)); err != nil { //nolint:staticcheck
+			o.rollback(ctx, c, done)
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted before NVIDIADriver %q was written; node labels restored", o.Name)
+			}
+			return fmt.Errorf("writing NVIDIADriver %q failed, node labels restored: %w", o.Name, err)
+		}
+		result = &v1alpha1.NVIDIADriver{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(body.Object, result); err != nil {
+			return err
+		}
+	}
+	o.report(changes, verb+action, suffix)
+	return o.printDriver(result)
+}
+
+// refuseConflicts plans the cluster before and after the change and refuses
+// one that makes a node selected by two NVIDIADrivers; it warns about target
+// nodes that will be labelled but get no driver from NAME.
+func (o *AssignOptions) refuseConflicts(in *inputs, targets []plan.Node, desired *v1alpha1.NVIDIADriver) error {
 	before := plan.Compute(in.nodes, in.drivers)
 	after := plan.Compute(withLabel(in.nodes, targets, o.LabelKey, o.Name), replaceDriver(in.drivers, *desired))
 	if newC := newConflicts(before, after); len(newC) > 0 {
@@ -209,9 +254,8 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 		fmt.Fprintf(o.Streams.ErrOut, "Narrow the other NVIDIADrivers' nodeSelectors, or pick nodes they do not select (kubectl nvdriver preview shows who selects what).\n")
 		return &FindingsError{Msg: "conflict"}
 	}
-	afterDriver := after.DriverByName(o.Name)
 	owned := map[string]bool{}
-	if afterDriver != nil {
+	if afterDriver := after.DriverByName(o.Name); afterDriver != nil {
 		for _, n := range afterDriver.SelectedNodes {
 			owned[n] = true
 		}
@@ -229,43 +273,7 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 			fmt.Fprintf(o.Streams.ErrOut, "warning: node %s does not match the rest of NVIDIADriver %q's nodeSelector; it is labelled but gets no driver from it\n", t.Name, o.Name)
 		}
 	}
-
-	// Server-side validation of the CR before any node is touched.
-	obj := o.applyBody(desired, existing == nil)
-	if o.DryRun != "client" {
-		if err := c.Patch(ctx, obj.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, client.DryRunAll); err != nil { //nolint:staticcheck
-			return fmt.Errorf("the API server rejects NVIDIADriver %q (nothing was changed): %v", o.Name, err)
-		}
-	}
-
-	changes := o.labelChanges(targets)
-	verb := map[bool]string{true: "would be ", false: ""}[o.DryRun != "none"]
-	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
-	if o.DryRun == "client" {
-		o.report(changes, existing, verb, suffix)
-		return o.printDriver(desired)
-	}
-	done, err := o.applyLabels(ctx, c, changes, o.DryRun == "server")
-	if err != nil {
-		o.rollback(ctx, c, done)
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted while labelling nodes; labels restored, nothing was changed")
-		}
-		return fmt.Errorf("labelling nodes failed, labels restored: %w", err)
-	}
-	if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, dryRunOpt(o.DryRun)); err != nil { //nolint:staticcheck
-		o.rollback(ctx, c, done)
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted before NVIDIADriver %q was written; node labels restored", o.Name)
-		}
-		return fmt.Errorf("writing NVIDIADriver %q failed, node labels restored: %w", o.Name, err)
-	}
-	o.report(changes, existing, verb, suffix)
-	result := &v1alpha1.NVIDIADriver{}
-	if err := runtimeConvert(obj, result); err != nil {
-		return err
-	}
-	return o.printDriver(result)
+	return nil
 }
 
 func dryRunOpt(mode string) client.PatchOption {
@@ -275,16 +283,19 @@ func dryRunOpt(mode string) client.PatchOption {
 	return &client.PatchOptions{}
 }
 
+// desiredDriver is the NVIDIADriver as it will be after the command: the
+// client dry run prints it, and the server's answer must equal it.
 func (o *AssignOptions) desiredDriver(existing *v1alpha1.NVIDIADriver) (*v1alpha1.NVIDIADriver, error) {
 	if existing == nil {
 		if o.Version == "" {
 			return nil, fmt.Errorf("NVIDIADriver %q does not exist: --version is required to create it", o.Name)
 		}
+		repository, image := createImage(o.Repository, o.Image)
 		d := &v1alpha1.NVIDIADriver{
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver"},
 			ObjectMeta: metav1.ObjectMeta{Name: o.Name},
 			Spec: v1alpha1.NVIDIADriverSpec{DriverType: v1alpha1.DriverType(o.Type), Version: o.Version,
-				Repository: o.Repository, Image: o.Image, NodeSelector: map[string]string{o.LabelKey: o.Name}},
+				Repository: repository, Image: image, NodeSelector: map[string]string{o.LabelKey: o.Name}},
 		}
 		if o.Precompiled {
 			t := true
@@ -322,6 +333,23 @@ func (o *AssignOptions) desiredDriver(existing *v1alpha1.NVIDIADriver) (*v1alpha
 		d.Spec.Version = o.Version
 	}
 	return d, nil
+}
+
+// createImage spells out the repository and image a new NVIDIADriver gets.
+// NVIDIA's operator refuses a CR with a version but no repository ("repository,
+// image and version must all be set"), so both are always written, and a
+// full-path --image is split into the two.
+func createImage(repository, image string) (string, string) {
+	if image == "" {
+		image = plan.DefaultImage
+	}
+	if repository == "" {
+		if i := strings.LastIndex(image, "/"); i > 0 {
+			return image[:i], image[i+1:]
+		}
+		repository = plan.DefaultRepository
+	}
+	return repository, image
 }
 
 func (o *AssignOptions) targetNodes(nodes []plan.Node) ([]plan.Node, error) {
@@ -480,31 +508,83 @@ func patchLabel(ctx context.Context, c client.Client, node, key string, value *s
 	return c.Patch(ctx, n, client.RawPatch(types.MergePatchType, body), opts...)
 }
 
-func (o *AssignOptions) applyBody(d *v1alpha1.NVIDIADriver, create bool) *unstructured.Unstructured {
-	spec := map[string]any{"nodeSelector": map[string]any{o.LabelKey: o.Name}}
-	if d.Spec.Version != "" && (create || o.Version != "") {
-		spec["version"] = d.Spec.Version
-	}
-	if create {
+// applyBody is the server-side apply request. The plugin's field set is its
+// whole intent every time: on an existing CR it re-states every field it
+// applied before and still owns, with its live value, plus the change. A
+// narrower body would make the API server remove the fields left out (the
+// version, the image, a first --label-key). See docs/design.md, "assign".
+func (o *AssignOptions) applyBody(d *v1alpha1.NVIDIADriver, existing *v1alpha1.NVIDIADriver) (*unstructured.Unstructured, error) {
+	spec := map[string]any{}
+	if existing == nil {
 		spec["driverType"] = string(d.Spec.DriverType)
+		spec["version"] = d.Spec.Version
+		spec["repository"] = d.Spec.Repository
+		spec["image"] = d.Spec.Image
 		if d.Spec.UsePrecompiled != nil {
 			spec["usePrecompiled"] = *d.Spec.UsePrecompiled
 		}
-		if d.Spec.Repository != "" {
-			spec["repository"] = d.Spec.Repository
+	} else {
+		owned, err := ownedByPlugin(existing)
+		if err != nil {
+			return nil, err
 		}
-		if o.Image != "" {
-			spec["image"] = o.Image
+		if s, ok := owned["spec"].(map[string]any); ok {
+			spec = s
+		}
+		if o.Version != "" {
+			spec["version"] = d.Spec.Version
 		}
 	}
+	sel, _ := spec["nodeSelector"].(map[string]any)
+	if sel == nil {
+		sel = map[string]any{}
+	}
+	sel[o.LabelKey] = o.Name
+	spec["nodeSelector"] = sel
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "NVIDIADriver",
 		"metadata": map[string]any{"name": o.Name}, "spec": spec,
-	}}
+	}}, nil
 }
 
-func (o *AssignOptions) report(changes []nodeChange, existing *v1alpha1.NVIDIADriver, verb, suffix string) {
+// ownedByPlugin extracts the fields the plugin's field manager applied and
+// still owns, with their live values (client-go's Extract* functions do the
+// same for built-in kinds; a CRD has no generated schema, so the field set is
+// read against the object's own structure).
+func ownedByPlugin(d *v1alpha1.NVIDIADriver) (map[string]any, error) {
+	for _, mf := range d.ManagedFields {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.Subresource != "" || mf.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
+			return nil, fmt.Errorf("reading the fields %s owns on NVIDIADriver %q: %w", FieldManager, d.Name, err)
+		}
+		live, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+		if err != nil {
+			return nil, err
+		}
+		tv, err := typed.DeducedParseableType.FromUnstructured(live)
+		if err != nil {
+			return nil, err
+		}
+		out, _ := tv.ExtractItems(set.Leaves()).AsValue().Unstructured().(map[string]any)
+		return out, nil
+	}
+	return map[string]any{}, nil
+}
+
+// report says what happened. With -o the object alone goes to stdout (as
+// kubectl apply -o json does), so progress goes to stderr.
+func (o *AssignOptions) report(changes []nodeChange, action, suffix string) {
 	w := o.Streams.Out
+	if o.Output != "" {
+		w = o.Streams.ErrOut
+	}
+	verb := ""
+	if o.DryRun != "none" {
+		verb = "would be "
+	}
 	for _, ch := range changes {
 		switch {
 		case ch.previous == nil:
@@ -515,21 +595,23 @@ func (o *AssignOptions) report(changes []nodeChange, existing *v1alpha1.NVIDIADr
 			fmt.Fprintf(w, "node/%s %smoved from %s=%s to %s=%s%s\n", ch.name, verb, o.LabelKey, *ch.previous, o.LabelKey, o.Name, suffix)
 		}
 	}
-	action := "created"
-	if existing != nil {
-		action = "configured"
+	if action == "unchanged" {
+		suffix = ""
 	}
-	fmt.Fprintf(w, "nvidiadriver.nvidia.com/%s %s%s%s\n", o.Name, verb, action, suffix)
+	fmt.Fprintf(w, "nvidiadriver.nvidia.com/%s %s%s\n", o.Name, action, suffix)
 }
 
 func (o *AssignOptions) printDriver(d *v1alpha1.NVIDIADriver) error {
-	switch o.Output {
-	case "yaml":
-		return print.YAML(o.Streams.Out, d)
-	case "json":
-		return print.JSON(o.Streams.Out, d)
+	if o.Output == "" {
+		return nil
 	}
-	return nil
+	d = d.DeepCopy()
+	d.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver"}
+	d.ManagedFields = nil
+	if o.Output == "yaml" {
+		return print.YAML(o.Streams.Out, d)
+	}
+	return print.JSON(o.Streams.Out, d)
 }
 
 // completeNodes completes node names.
@@ -552,12 +634,4 @@ func completeNodes(flags *genericclioptions.ConfigFlags) func(*cobra.Command, []
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
-}
-
-func runtimeConvert(u *unstructured.Unstructured, into any) error {
-	data, err := u.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(data, into)
 }

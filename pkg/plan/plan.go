@@ -335,7 +335,7 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 
 	for _, d := range live {
 		pd := out[d.Name]
-		if !d.Spec.IsPrecompiled() && isBranch(d.Spec.Version) {
+		if !d.Spec.IsPrecompiled() && v1alpha1.IsBranch(d.Spec.Version) {
 			pd.Warnings = append(pd.Warnings, fmt.Sprintf(
 				"spec.version %q is a driver branch: NVIDIA publishes no driver image tagged with a bare branch unless usePrecompiled is true; use a full version such as %s.104.12", d.Spec.Version, d.Spec.Version))
 		}
@@ -410,18 +410,6 @@ func quoteJoin(s []string) string {
 		q[i] = fmt.Sprintf("%q", v)
 	}
 	return strings.Join(q, ", ")
-}
-
-func isBranch(v string) bool {
-	if v == "" {
-		return false
-	}
-	for _, r := range v {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // DriverByName returns the named driver of the plan, or nil.

@@ -327,8 +327,9 @@ func TestAssignDryRunServerWritesNothing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
 	}
-	if !strings.Contains(out, "would be labelled") || !strings.Contains(out, "(server dry run)") || !strings.Contains(out, "kind: NVIDIADriver") {
-		t.Errorf("output:\n%s", out)
+	// With -o the object alone is on stdout; what would change is on stderr.
+	if !strings.Contains(errOut, "would be labelled") || !strings.Contains(errOut, "(server dry run)") || !strings.HasPrefix(out, "apiVersion: nvidia.com/v1alpha1") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 	if w := p.writes(); len(w) != 0 {
 		t.Errorf("a server dry run wrote: %v", w)

@@ -1,0 +1,125 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+)
+
+// The second use: assign run again, and with one flag changed, on a CR the
+// plugin created with every create flag. Every field the user did not ask to
+// change stays as it was; an identical run says unchanged and writes nothing;
+// the client dry run predicts exactly what the server then stores.
+func TestAssignSecondUse(t *testing.T) {
+	nodes := cliNodes(t, "su", 4, nil)
+	createNodes(t, nodes)
+	t.Cleanup(func() { deleteDriver(t, "su-gold") })
+	p := cliProxy(t)
+
+	code, out, errOut := plugin(t, "", "assign", "su-gold", "--nodes", "su-0,su-1", "--version", "550.90.07",
+		"--repository", "registry.example.com/mirror", "--image", "gpu-driver", "--type", "gpu")
+	if code != 0 {
+		t.Fatalf("create: exit %d\n%s%s", code, out, errOut)
+	}
+	created := getDriver(t, "su-gold")
+	if created.Spec.Repository != "registry.example.com/mirror" || created.Spec.Image != "gpu-driver" || created.Spec.Version != "550.90.07" {
+		t.Fatalf("created spec = %+v", created.Spec)
+	}
+
+	// The same command again: unchanged, no write.
+	p.reset()
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-0,su-1", "--version", "550.90.07")
+	if code != 0 || !strings.Contains(out, "nvidiadriver.nvidia.com/su-gold unchanged") {
+		t.Errorf("identical re-run: exit %d, want 'unchanged'\n%s%s", code, out, errOut)
+	}
+	if w := p.writes(); len(w) != 0 {
+		t.Errorf("an identical re-run wrote: %v", w)
+	}
+	if d := getDriver(t, "su-gold"); d.Generation != created.Generation {
+		t.Errorf("generation moved %d -> %d on a no-op", created.Generation, d.Generation)
+	}
+
+	// The help's own "move one more node" example, without --version.
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-2")
+	if code != 0 {
+		t.Fatalf("assign one more node: exit %d\n%s%s", code, out, errOut)
+	}
+	if d := getDriver(t, "su-gold"); !apiequality.Semantic.DeepEqual(d.Spec, created.Spec) {
+		t.Errorf("adding a node changed the spec:\n got %+v\nwant %+v", d.Spec, created.Spec)
+	}
+	if v, _ := nodeLabel(t, "su-2", "driver.config"); v != "su-gold" {
+		t.Errorf("su-2 label %q", v)
+	}
+
+	// One flag changed: --version. Only the version moves.
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-2", "--version", "550.127.05", "--dry-run=client", "-o", "json")
+	if code != 0 {
+		t.Fatalf("client dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	predicted := &v1alpha1.NVIDIADriver{}
+	if err := json.Unmarshal([]byte(out), predicted); err != nil {
+		t.Fatalf("assign -o json stdout is not the object alone: %v\n%s", err, out)
+	}
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-2", "--version", "550.127.05", "-o", "yaml")
+	if code != 0 || !strings.Contains(errOut, "nvidiadriver.nvidia.com/su-gold configured") {
+		t.Fatalf("version change: exit %d\n%s%s", code, out, errOut)
+	}
+	stored := &v1alpha1.NVIDIADriver{}
+	if err := yaml.Unmarshal([]byte(out), stored); err != nil {
+		t.Fatalf("assign -o yaml stdout is not the object alone: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "managedFields") || strings.Contains(out, "labelled") {
+		t.Errorf("assign -o yaml prints more than the object:\n%s", out)
+	}
+	want := created.Spec.DeepCopy()
+	want.Version = "550.127.05"
+	got := getDriver(t, "su-gold")
+	if !apiequality.Semantic.DeepEqual(got.Spec, *want) {
+		t.Errorf("--version changed more than the version:\n got %+v\nwant %+v", got.Spec, *want)
+	}
+	if !apiequality.Semantic.DeepEqual(predicted.Spec, got.Spec) {
+		t.Errorf("--dry-run=client predicted\n %+v\nthe server stored\n %+v", predicted.Spec, got.Spec)
+	}
+	if !apiequality.Semantic.DeepEqual(stored.Spec, got.Spec) {
+		t.Errorf("-o yaml printed\n %+v\nthe server stored\n %+v", stored.Spec, got.Spec)
+	}
+
+	// A second --label-key adds a key; the first stays.
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-3", "--label-key", "team.example.com/driver")
+	if code != 0 {
+		t.Fatalf("second label key: exit %d\n%s%s", code, out, errOut)
+	}
+	got = getDriver(t, "su-gold")
+	if got.Spec.NodeSelector["driver.config"] != "su-gold" || got.Spec.NodeSelector["team.example.com/driver"] != "su-gold" {
+		t.Errorf("nodeSelector after a second --label-key = %v, want both keys", got.Spec.NodeSelector)
+	}
+	if got.Spec.Version != "550.127.05" || got.Spec.Repository != "registry.example.com/mirror" {
+		t.Errorf("a second --label-key changed the spec: %+v", got.Spec)
+	}
+}
+
+// A new CR spells out repository and image, which NVIDIA's operator needs
+// ("repository, image and version must all be set"); a full-path --image is
+// split so both backends build the same image.
+func TestAssignWritesWhatBothBackendsNeed(t *testing.T) {
+	nodes := cliNodes(t, "bb", 2, nil)
+	createNodes(t, nodes)
+	t.Cleanup(func() { deleteDriver(t, "bb-a"); deleteDriver(t, "bb-b") })
+	if code, out, errOut := plugin(t, "", "assign", "bb-a", "--nodes", "bb-0", "--version", "550.90.07"); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if d := getDriver(t, "bb-a"); d.Spec.Repository != "nvcr.io/nvidia" || d.Spec.Image != "driver" {
+		t.Errorf("bb-a repository/image = %q/%q, want nvcr.io/nvidia/driver", d.Spec.Repository, d.Spec.Image)
+	}
+	if code, out, errOut := plugin(t, "", "assign", "bb-b", "--nodes", "bb-1", "--version", "550.90.07", "--image", "registry.example.com/team/driver"); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if d := getDriver(t, "bb-b"); d.Spec.Repository != "registry.example.com/team" || d.Spec.Image != "driver" {
+		t.Errorf("bb-b repository/image = %q/%q, want registry.example.com/team + driver", d.Spec.Repository, d.Spec.Image)
+	}
+}
