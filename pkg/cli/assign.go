@@ -68,7 +68,7 @@ NVIDIADriver fails. A node whose label had another value moves to NAME's driver.
 
   # Move one more node to an existing driver
   kubectl nvdriver assign gold --nodes gpu-node-5`,
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs(1, "NAME"),
 		ValidArgsFunction: completeDrivers(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
@@ -78,7 +78,7 @@ NVIDIADriver fails. A node whose label had another value moves to NAME's driver.
 				}
 			}
 			if err := o.Validate(); err != nil {
-				return err
+				return asUsage(err)
 			}
 			return o.Run(cmd.Context())
 		},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,6 +68,9 @@ func restMapper() meta.RESTMapper {
 
 // clientFor builds a client from the kubectl flags (no discovery).
 func clientFor(flags *genericclioptions.ConfigFlags) (client.Client, *rest.Config, error) {
+	if err := clusterConfigured(flags); err != nil {
+		return nil, nil, err
+	}
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the kubeconfig: %w", err)
@@ -80,6 +84,53 @@ func clientFor(flags *genericclioptions.ConfigFlags) (client.Client, *rest.Confi
 		return nil, nil, err
 	}
 	return c, cfg, nil
+}
+
+// clusterConfigured refuses to fall back to client-go's default of
+// http://localhost:8080 when no kubeconfig names a cluster: that only ever
+// ends in "connection refused" and hides the real problem.
+func clusterConfigured(flags *genericclioptions.ConfigFlags) error {
+	if flags.APIServer != nil && *flags.APIServer != "" {
+		return nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return nil // in a pod: client-go uses the in-cluster config
+	}
+	loader := flags.ToRawKubeConfigLoader()
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	ctxName := raw.CurrentContext
+	if flags.Context != nil && *flags.Context != "" {
+		ctxName = *flags.Context
+	}
+	if ctx, ok := raw.Contexts[ctxName]; ok && ctx.Cluster != "" {
+		if _, ok := raw.Clusters[ctx.Cluster]; ok {
+			return nil
+		}
+	}
+	tried := loader.ConfigAccess().GetLoadingPrecedence()
+	if f := loader.ConfigAccess().GetExplicitFile(); f != "" {
+		tried = []string{f}
+	}
+	where := strings.Join(tried, ", ")
+	if where == "" {
+		where = "none"
+	}
+	if ctxName == "" {
+		return fmt.Errorf("no cluster is configured: no current context in the kubeconfig (tried: %s); set KUBECONFIG, or pass --kubeconfig or --context", where)
+	}
+	return fmt.Errorf("no cluster is configured: context %q is not in the kubeconfig or names no cluster (tried: %s); see kubectl config get-contexts", ctxName, where)
+}
+
+// namespaceFlag is the driver namespace the user chose with -n, or ""
+// (every namespace: driver DaemonSets and pods are found by their labels).
+func namespaceFlag(flags *genericclioptions.ConfigFlags) string {
+	if flags.Namespace != nil {
+		return *flags.Namespace
+	}
+	return ""
 }
 
 // inputs is one read of what the planner needs: a metadata-only LIST of
@@ -96,11 +147,13 @@ func connectAndRead(ctx context.Context, flags *genericclioptions.ConfigFlags) (
 	if err != nil {
 		return nil, nil, err
 	}
-	in, err := readInputs(ctx, c)
+	in, err := readInputs(ctx, c, namespaceFlag(flags))
 	return c, in, err
 }
 
-func readInputs(ctx context.Context, c client.Client) (*inputs, error) {
+// readInputs reads nodes, NVIDIADrivers and the driver DaemonSets of the
+// namespace ("" for every namespace).
+func readInputs(ctx context.Context, c client.Reader, namespace string) (*inputs, error) {
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := c.List(ctx, nodes); err != nil {
@@ -116,7 +169,7 @@ func readInputs(ctx context.Context, c client.Client) (*inputs, error) {
 	dss := &appsv1.DaemonSetList{}
 	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: render.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{render.ComponentDriver, render.ComponentVGPUManager}}}})
-	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}, client.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing driver DaemonSets: %w", err)
 	}
 	in := &inputs{drivers: drivers.Items, daemonSets: dss.Items}

@@ -54,14 +54,14 @@ Exit status: 0 no error found, 3 at least one finding of severity error, 1 a fai
 		Example: `  kubectl nvdriver doctor
   kubectl nvdriver doctor demo-gold
   kubectl nvdriver doctor -o json | jq '.findings[] | select(.severity=="error")'`,
-		Args:              cobra.MaximumNArgs(1),
+		Args:              maxArgs(1, "NAME"),
 		ValidArgsFunction: completeDrivers(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				o.Name = args[0]
 			}
 			if err := oneOf("--output", o.Output, "table", "json"); err != nil {
-				return err
+				return asUsage(err)
 			}
 			return o.Run(cmd.Context())
 		},

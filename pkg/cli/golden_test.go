@@ -76,6 +76,8 @@ func fixture() *inputs {
 	nodes := []plan.Node{
 		fixtureNode("gold-1", "ubuntu22.04", "5.15.0-84-generic", "driver.config", "gold", plan.LabelOwner, "gold"),
 		fixtureNode("gold-2", "ubuntu20.04", "5.15.0-84-generic", "driver.config", "gold", plan.LabelOwner, "gold", plan.LabelUpgradeState, "cordon-required"),
+		// gold-3 lost its driver.config label: it is leaving gold for the default.
+		fixtureNode("gold-3", "ubuntu22.04", "5.15.0-84-generic", plan.LabelOwner, "gold"),
 		fixtureNode("pc-1", "ubuntu22.04", "5.15.0-78-generic", "pool", "pc", plan.LabelOwner, "precomp"),
 		fixtureNode("both-1", "ubuntu22.04", "5.15.0-84-generic", "driver.config", "silver", "team", "a", plan.LabelOwner, "silver"),
 		fixtureNode("silver-1", "ubuntu22.04", "5.15.0-84-generic", "driver.config", "silver", plan.LabelOwner, "silver"),

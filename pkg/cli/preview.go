@@ -54,7 +54,7 @@ Exit status: 0 no conflict, 3 a conflict, 1 an error.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Names = args
 			if err := o.Validate(); err != nil {
-				return err
+				return asUsage(err)
 			}
 			return o.Run(cmd.Context())
 		},
@@ -222,7 +222,7 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 			if d.Error != nil {
 				state = st.Bad(d.Error.Reason)
 			}
-			row := []string{name, string(d.DriverType), fmt.Sprint(len(d.SelectedNodes)), "<none>", "-", "-", state}
+			row := []string{name, string(d.DriverType), nodeCount(d), "<none>", "-", "-", state}
 			if wide {
 				row = append(row, "-")
 			}
@@ -241,16 +241,24 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 			case cur != pool.Image:
 				change = st.Warn("update (rolls nodes)")
 			}
+			if len(pool.Leaving) > 0 {
+				losing := "losing " + leavingSummary(pool.Leaving, p.Owner)
+				if change == "unchanged" {
+					change = st.Warn(losing)
+				} else {
+					change += "; " + st.Warn(losing)
+				}
+			}
 			if d.Error != nil {
 				change = st.Bad("blocked: " + d.Error.Reason)
 			}
-			first := []string{name, string(d.DriverType), fmt.Sprint(len(d.SelectedNodes))}
+			first := []string{name, string(d.DriverType), nodeCount(d)}
 			if i > 0 {
 				first = []string{"", "", ""}
 			}
 			row := append(first, poolName, pool.DaemonSet, pool.Image, change)
 			if wide {
-				row = append(row, strings.Join(pool.Nodes, ","))
+				row = append(row, poolNodeNames(pool, p.Owner))
 			}
 			rows = append(rows, row)
 		}
@@ -309,6 +317,56 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 		fmt.Fprintf(w, "\n%s %s\n", st.Warn(fmt.Sprintf("GPU nodes no NVIDIADriver covers (%d):", len(p.Uncovered))), strings.Join(p.Uncovered, ", "))
 	}
 	return nil
+}
+
+// nodeCount is the NODES column: the nodes the driver will own, and the
+// ones it still serves on their way out.
+func nodeCount(d plan.Driver) string {
+	if len(d.Leaving) == 0 {
+		return fmt.Sprint(len(d.SelectedNodes))
+	}
+	return fmt.Sprintf("%d (+%d leaving)", len(d.SelectedNodes), len(d.Leaving))
+}
+
+// leavingSummary says where leaving nodes go: "2 node(s) to default".
+func leavingSummary(leaving []string, owner map[string]string) string {
+	byDest := map[string]int{}
+	for _, n := range leaving {
+		to := owner[n]
+		if to == "" {
+			to = "no driver"
+		}
+		byDest[to]++
+	}
+	dests := make([]string, 0, len(byDest))
+	for d := range byDest {
+		dests = append(dests, d)
+	}
+	sort.Strings(dests)
+	parts := make([]string, len(dests))
+	for i, d := range dests {
+		parts[i] = fmt.Sprintf("%d node(s) to %s", byDest[d], d)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func poolNodeNames(pool plan.Pool, owner map[string]string) string {
+	leaving := map[string]bool{}
+	for _, n := range pool.Leaving {
+		leaving[n] = true
+	}
+	names := make([]string, len(pool.Nodes))
+	for i, n := range pool.Nodes {
+		names[i] = n
+		if leaving[n] {
+			to := owner[n]
+			if to == "" {
+				to = "no driver"
+			}
+			names[i] = n + " (leaving to " + to + ")"
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 func skipHint(reason string) string {

@@ -33,6 +33,45 @@ type FindingsError struct{ Msg string }
 
 func (e *FindingsError) Error() string { return e.Msg }
 
+// usageError is an error in how the command was called: it is printed with
+// a pointer to the command's help, as kubectl does.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...)}
+}
+
+// asUsage marks a validation error as a usage error.
+func asUsage(err error) error {
+	var u *usageError
+	if errors.As(err, &u) {
+		return err
+	}
+	return &usageError{msg: err.Error()}
+}
+
+// exactArgs is cobra.ExactArgs with a message that names the argument.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s takes exactly %d argument (%s), got %d", cmd.Name(), n, what, len(args))
+		}
+		return nil
+	}
+}
+
+// maxArgs is cobra.MaximumNArgs as a usage error.
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usageErrorf("%s takes at most %d argument (%s), got %d", cmd.Name(), n, what, len(args))
+		}
+		return nil
+	}
+}
+
 // NewRootCommand builds `kubectl nvdriver`.
 func NewRootCommand(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	s := genericiooptions.IOStreams{In: in, Out: out, ErrOut: errOut}
@@ -64,6 +103,7 @@ Exit status: 0 ok, 1 error, 3 findings (conflicts, doctor errors, failed upgrade
 		newCompletionCommand(root, out),
 	)
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 	return root
 }
 
@@ -80,15 +120,28 @@ func Main(args []string, in io.Reader, out, errOut io.Writer) int {
 func MainContext(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
 	root := NewRootCommand(in, out, errOut)
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil {
 		var f *FindingsError
 		if errors.As(err, &f) {
 			return ExitFindings
 		}
 		fmt.Fprintf(errOut, "error: %v\n", err)
+		var u *usageError
+		if errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command") {
+			fmt.Fprintf(errOut, "See '%s --help' for usage.\n", commandPath(cmd))
+		}
 		return ExitError
 	}
 	return ExitOK
+}
+
+// commandPath is how the user typed the command: kubectl nvdriver upgrade.
+func commandPath(cmd *cobra.Command) string {
+	if cmd == nil || !cmd.HasParent() {
+		return "kubectl nvdriver"
+	}
+	return commandPath(cmd.Parent()) + " " + cmd.Name()
 }
 
 func newVersionCommand(out io.Writer) *cobra.Command {

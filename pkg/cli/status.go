@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,15 +11,19 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/doctor"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
 )
@@ -74,14 +79,14 @@ failing condition. It works with the nvdriver controller and with NVIDIA's GPU O
 		Example: `  kubectl nvdriver status
   kubectl nvdriver status demo-gold -o wide
   kubectl nvdriver status -w`,
-		Args:              cobra.MaximumNArgs(1),
+		Args:              maxArgs(1, "NAME"),
 		ValidArgsFunction: completeDrivers(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				o.Name = args[0]
 			}
 			if err := o.Validate(); err != nil {
-				return err
+				return asUsage(err)
 			}
 			return o.Run(cmd.Context())
 		},
@@ -103,79 +108,121 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	report, err := readStatus(ctx, c, o.Name)
-	if err != nil {
-		return err
-	}
 	if !o.Watch {
-		return o.print(report)
-	}
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: restMapper()})
-	if err != nil {
-		return err
-	}
-	tty := print.IsTerminal(o.Streams.Out)
-	draw := func(r *StatusReport) error {
-		if tty {
-			fmt.Fprint(o.Streams.Out, "\033[H\033[2J")
-		} else {
-			fmt.Fprintf(o.Streams.Out, "--- %s\n", time.Now().Format(time.RFC3339))
+		report, err := readStatus(ctx, c, o.Name, namespaceFlag(o.Flags))
+		if err != nil {
+			return err
 		}
-		return o.print(r)
+		return o.print(o.Streams.Out, report)
 	}
-	if err := draw(report); err != nil {
+	return o.watch(ctx, cfg)
+}
+
+// watch follows drivers, driver DaemonSets and nodes through informers: they
+// list, watch, and list again whenever the server closes a watch (an API
+// server restart, a compacted resource version), so -w never freezes. A frame
+// is printed only when it differs from the last one.
+func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
+	sel, _ := metav1.LabelSelectorAsSelector(&doctor.DriverPodSelector)
+	dsOpts := cache.ByObject{Label: sel}
+	if ns := namespaceFlag(o.Flags); ns != "" {
+		dsOpts.Namespaces = map[string]cache.Config{ns: {}}
+	}
+	nodeMeta := &metav1.PartialObjectMetadata{}
+	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, Mapper: restMapper(),
+		ByObject: map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts}})
+	if err != nil {
 		return err
 	}
 	changes := make(chan struct{}, 1)
-	for _, list := range []client.ObjectList{&v1alpha1.NVIDIADriverList{}, &appsv1.DaemonSetList{}} {
-		w, err := wc.Watch(ctx, list)
-		if err != nil {
-			return fmt.Errorf("watching: %w", err)
-		}
-		defer w.Stop()
-		go forward(w, changes)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changes:
-			// Coalesce bursts (a rollout changes many objects at once).
-			time.Sleep(200 * time.Millisecond)
-			report, err := readStatus(ctx, c, o.Name)
-			if err != nil {
-				return err
-			}
-			if err := draw(report); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func forward(w watch.Interface, changes chan<- struct{}) {
-	for range w.ResultChan() {
+	notify := func() {
 		select {
 		case changes <- struct{}{}:
 		default:
 		}
 	}
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	}
+	for _, obj := range []client.Object{&v1alpha1.NVIDIADriver{}, &appsv1.DaemonSet{}, nodeMeta} {
+		inf, err := informers.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("watching: %w", err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	tty := print.IsTerminal(o.Streams.Out)
+	last := ""
+	// Bursts (a rollout changes many objects at once) are coalesced into one
+	// frame per interval.
+	const coalesce = 200 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	pending := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+			if !pending {
+				pending = true
+				timer.Reset(coalesce)
+			}
+		case <-timer.C:
+			pending = false
+			report, err := readStatus(ctx, informers, o.Name, namespaceFlag(o.Flags))
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			var frame bytes.Buffer
+			if err := o.print(&frame, report); err != nil {
+				return err
+			}
+			if frame.String() == last {
+				continue
+			}
+			last = frame.String()
+			if tty {
+				fmt.Fprint(o.Streams.Out, "\033[H\033[2J")
+			} else {
+				fmt.Fprintf(o.Streams.Out, "--- %s\n", time.Now().Format(time.RFC3339))
+			}
+			if _, err := o.Streams.Out.Write(frame.Bytes()); err != nil {
+				return err
+			}
+		}
+	}
 }
 
-func (o *StatusOptions) print(r *StatusReport) error {
+func (o *StatusOptions) print(w io.Writer, r *StatusReport) error {
 	switch o.Output {
 	case "json":
-		return print.JSON(o.Streams.Out, r)
+		return print.JSON(w, r)
 	case "yaml":
-		return print.YAML(o.Streams.Out, r)
+		return print.YAML(w, r)
 	}
-	return PrintStatusTable(o.Streams.Out, r, o.Output == "wide", print.NewStyles(o.Streams.Out, *o.NoColor))
+	// Colour follows the real output stream, not the frame buffer.
+	return PrintStatusTable(w, r, o.Output == "wide", print.NewStyles(o.Streams.Out, *o.NoColor))
 }
 
 // readStatus builds the report from one LIST each of drivers, driver
 // DaemonSets and node metadata.
-func readStatus(ctx context.Context, c client.Client, name string) (*StatusReport, error) {
-	in, err := readInputs(ctx, c)
+func readStatus(ctx context.Context, c client.Reader, name, namespace string) (*StatusReport, error) {
+	in, err := readInputs(ctx, c, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +322,7 @@ func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *print.Styles)
 			rows = append(rows, row)
 		}
 		if c := failing(d.Conditions); c != nil {
-			messages = append(messages, fmt.Sprintf("%s: %s (%s): %s", d.Name, c.Type, c.Reason, c.Message))
+			messages = append(messages, fmt.Sprintf("%s: %s=%s (%s): %s", d.Name, c.Type, c.Status, c.Reason, c.Message))
 		}
 	}
 	if err := print.Table(w, headers, rows); err != nil {

@@ -4,14 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +28,7 @@ type UpgradeOptions struct {
 	NoColor  *bool
 	Name     string
 	To       string
+	Version  string // --version, the same as --to (one name for one idea across verbs)
 	Nodes    []string
 	Wait     bool
 	Timeout  time.Duration
@@ -45,26 +45,35 @@ func NewCmdUpgrade(flags *genericclioptions.ConfigFlags, s streams, noColor *boo
 		Long: `Upgrade patches spec.version of the NVIDIADriver (validated by a server dry run first);
 the controller then rolls the nodes one budget at a time: cordon, wait for or evict GPU
 pods, restart the driver, validate, uncordon. With --nodes it requests those nodes only
-(annotation nvidia.com/gpu-driver-upgrade-requested=true, for autoUpgrade: false).
+(annotation nvidia.com/gpu-driver-upgrade-requested=true, for autoUpgrade: false); a
+requested node restarts its driver even when it already runs the current one.
 
-With --wait it shows the progress until every node is upgrade-done and the driver is
-ready. Exit status: 0 done, 3 a node ended upgrade-failed, 1 error or timeout.`,
+With --wait it follows exactly what was asked: with --nodes, until those nodes run the
+current driver; otherwise until every node of the NVIDIADriver does and its DaemonSets
+are up to date (with autoUpgrade: false, until the DaemonSets carry the new version:
+nodes then roll only when requested). It works with the nvdriver controller and with
+NVIDIA's GPU Operator. Exit status: 0 done, 3 a node ended upgrade-failed, 1 error,
+timeout or interrupt (the rollout goes on in the cluster).`,
 		Example: `  kubectl nvdriver upgrade demo-silver --to 525.125.06 --wait
   kubectl nvdriver upgrade demo-gold --nodes gpu-node-3 --wait --timeout 1h
   kubectl nvdriver upgrade demo-gold --to 550.90.07 --dry-run=server`,
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs(1, "NAME"),
 		ValidArgsFunction: completeDrivers(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
-			if err := o.Validate(); err != nil {
+			if err := o.Complete(); err != nil {
 				return err
+			}
+			if err := o.Validate(); err != nil {
+				return asUsage(err)
 			}
 			return o.Run(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&o.To, "to", "", "new driver version")
+	cmd.Flags().StringVar(&o.Version, "version", "", "new driver version (the same as --to)")
 	cmd.Flags().StringSliceVar(&o.Nodes, "nodes", nil, "request the upgrade of these nodes only (comma separated, repeatable)")
-	cmd.Flags().BoolVar(&o.Wait, "wait", false, "follow the rollout until it ends")
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "follow the rollout until what was asked is done")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting after this long (with --wait)")
 	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `"none", "client" or "server"`)
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
@@ -73,16 +82,27 @@ ready. Exit status: 0 done, 3 a node ended upgrade-failed, 1 error or timeout.`,
 	return cmd
 }
 
+// Complete folds --version into --to.
+func (o *UpgradeOptions) Complete() error {
+	if o.Version != "" {
+		if o.To != "" && o.To != o.Version {
+			return usageErrorf("--to %s and --version %s disagree: give one of them", o.To, o.Version)
+		}
+		o.To = o.Version
+	}
+	return nil
+}
+
 // Validate checks the flags.
 func (o *UpgradeOptions) Validate() error {
 	if o.To == "" && len(o.Nodes) == 0 {
-		return fmt.Errorf("give --to VERSION, --nodes, or both")
+		return usageErrorf("give --to VERSION, --nodes, or both")
 	}
 	if o.Timeout <= 0 {
-		return fmt.Errorf("invalid --timeout %s: must be positive", o.Timeout)
+		return usageErrorf("invalid --timeout %s: must be positive", o.Timeout)
 	}
 	if o.Wait && o.DryRun != "none" {
-		return fmt.Errorf("--wait cannot follow a dry run")
+		return usageErrorf("--wait cannot follow a dry run")
 	}
 	return oneOf("--dry-run", o.DryRun, "none", "client", "server")
 }
@@ -112,25 +132,21 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 		}
 	}
 	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	versionChanged := false
 	if o.To != "" {
 		if o.To == d.Spec.Version {
-			fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s already at version %s\n", o.Name, o.To)
+			fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s unchanged (already at version %s)\n", o.Name, o.To)
 		} else {
-			body, _ := json.Marshal(map[string]any{"spec": map[string]any{"version": o.To}})
-			patch := client.RawPatch(types.MergePatchType, body)
-			if o.DryRun != "client" {
-				// Validate first (CEL rules), so a bad version changes nothing.
-				if err := c.Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
-					return fmt.Errorf("the API server rejects version %q for %s (nothing was changed): %v", o.To, o.Name, err)
-				}
+			if isDowngrade(d.Spec.Version, o.To) {
+				fmt.Fprintf(o.Streams.ErrOut, "warning: %s -> %s is a downgrade\n", d.Spec.Version, o.To)
 			}
-			from := d.Spec.Version
-			if o.DryRun == "none" {
-				if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
-					return fmt.Errorf("patching %s: %w", o.Name, err)
-				}
+			if err := o.patchVersion(ctx, c, d); err != nil {
+				return err
 			}
-			fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s version %s -> %s%s\n", o.Name, dash(from), o.To, suffix)
+			versionChanged = true
+			if !autoUpgrade(d) && len(nodes) == 0 {
+				fmt.Fprintf(o.Streams.ErrOut, "warning: %s has upgradePolicy.autoUpgrade: false: nodes will not roll until requested: kubectl nvdriver upgrade %s --nodes NODE[,NODE...]\n", o.Name, o.Name)
+			}
 		}
 	}
 	for _, n := range nodes {
@@ -149,7 +165,70 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 	if !o.Wait {
 		return nil
 	}
-	return o.wait(ctx, c)
+	t := waitTarget{name: o.Name, version: d.Spec.Version, nodes: o.Nodes, autoUpgrade: autoUpgrade(d)}
+	if o.To != "" {
+		t.version = o.To
+	}
+	if !versionChanged && len(nodes) == 0 {
+		t.alreadyThere = true
+	}
+	return o.wait(ctx, c, t)
+}
+
+func (o *UpgradeOptions) patchVersion(ctx context.Context, c client.Client, d *v1alpha1.NVIDIADriver) error {
+	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	body, _ := json.Marshal(map[string]any{"spec": map[string]any{"version": o.To}})
+	patch := client.RawPatch(types.MergePatchType, body)
+	if o.DryRun != "client" {
+		// Validate first (CEL rules), so a bad version changes nothing.
+		if err := c.Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
+			return fmt.Errorf("the API server rejects version %q for %s (nothing was changed): %v", o.To, o.Name, err)
+		}
+	}
+	from := d.Spec.Version
+	if o.DryRun == "none" {
+		if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("patching %s: %w", o.Name, err)
+		}
+	}
+	fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s version %s -> %s%s\n", o.Name, dash(from), o.To, suffix)
+	return nil
+}
+
+func autoUpgrade(d *v1alpha1.NVIDIADriver) bool {
+	return upgrade.PolicyFor(&d.Spec).AutoUpgrade
+}
+
+// isDowngrade compares dotted numeric versions (550.90.07); anything else
+// (digests, custom tags) is not judged.
+func isDowngrade(from, to string) bool {
+	a, okA := numericVersion(from)
+	b, okB := numericVersion(to)
+	if !okA || !okB {
+		return false
+	}
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return b[i] < a[i]
+		}
+	}
+	return len(b) < len(a)
+}
+
+func numericVersion(v string) ([]int, bool) {
+	if v == "" {
+		return nil, false
+	}
+	parts := strings.Split(v, ".")
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		out[i] = n
+	}
+	return out, true
 }
 
 func dash(s string) string {
@@ -180,64 +259,17 @@ func (o *UpgradeOptions) requestedNodes(ctx context.Context, c client.Client) ([
 	return out, nil
 }
 
-// progress is the rollout state of one driver's nodes.
-type progress struct {
-	total, done, failed int
-	states              map[string]int
-	ready               bool
-}
-
-func (p progress) finished() bool {
-	return p.ready && p.failed == 0 && inFlight(p) == 0
-}
-
-func inFlight(p progress) int {
-	n := 0
-	for s, c := range p.states {
-		if s != plan.UpgradeDone && s != plan.UpgradeFailed && s != "" {
-			n += c
-		}
-	}
-	return n
-}
-
-func (o *UpgradeOptions) readProgress(ctx context.Context, c client.Client) (progress, error) {
-	d := &v1alpha1.NVIDIADriver{}
-	if err := c.Get(ctx, client.ObjectKey{Name: o.Name}, d); err != nil {
-		return progress{}, err
-	}
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	if err := c.List(ctx, list, client.MatchingLabels{plan.LabelOwner: o.Name}); err != nil {
-		return progress{}, err
-	}
-	p := progress{total: len(list.Items), states: map[string]int{},
-		ready: d.Status.State == v1alpha1.Ready && d.Status.ObservedGeneration == d.Generation}
-	for _, n := range list.Items {
-		s := n.Labels[plan.LabelUpgradeState]
-		if s == "" {
-			s = "(none)"
-		}
-		p.states[s]++
-		switch s {
-		case plan.UpgradeDone:
-			p.done++
-		case plan.UpgradeFailed:
-			p.failed++
-		}
-	}
-	return p, nil
-}
-
-func (o *UpgradeOptions) wait(ctx context.Context, c client.Client) error {
+func (o *UpgradeOptions) wait(ctx context.Context, c client.Client, t waitTarget) error {
+	interrupted := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	tty := print.IsTerminal(o.Streams.Out)
 	st := print.NewStyles(o.Streams.Out, *o.NoColor)
+	start := time.Now()
 	last := ""
 	lost := false
 	for {
-		p, err := o.readProgress(ctx, c)
+		obs, err := readObservation(ctx, c, o.Name, namespaceFlag(o.Flags), t.nodes)
 		if err != nil && ctx.Err() == nil {
 			// The CR gone or access denied will not heal; a lost connection
 			// (API server restart, network blip, watch cache reset) does: keep
@@ -258,6 +290,7 @@ func (o *UpgradeOptions) wait(ctx context.Context, c client.Client) error {
 			lost = false
 		}
 		if err == nil {
+			p := t.judge(obs)
 			line := progressLine(p, tty, st)
 			if tty {
 				fmt.Fprintf(o.Streams.Out, "\r\033[K%s", line)
@@ -265,16 +298,11 @@ func (o *UpgradeOptions) wait(ctx context.Context, c client.Client) error {
 				fmt.Fprintf(o.Streams.Out, "%s %s\n", time.Now().Format("15:04:05"), line)
 			}
 			last = line
-			if p.finished() || (p.failed > 0 && inFlight(p) == 0) {
+			if p.end != "" {
 				if tty {
 					fmt.Fprintln(o.Streams.Out)
 				}
-				if p.failed > 0 {
-					fmt.Fprintf(o.Streams.ErrOut, "%d node(s) ended upgrade-failed: see kubectl nvdriver doctor %s\n", p.failed, o.Name)
-					return &FindingsError{Msg: "upgrade failed"}
-				}
-				fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s upgraded: %d node(s) done, driver ready\n", o.Name, p.total)
-				return nil
+				return o.finish(p, time.Since(start))
 			}
 		}
 		select {
@@ -282,29 +310,35 @@ func (o *UpgradeOptions) wait(ctx context.Context, c client.Client) error {
 			if tty {
 				fmt.Fprintln(o.Streams.Out)
 			}
+			if interrupted.Err() != nil {
+				return fmt.Errorf("interrupted after %s while waiting for %s (%s); nothing else was changed and the rollout goes on in the cluster: follow it with kubectl nvdriver status %s -w", time.Since(start).Round(time.Second), o.Name, last, o.Name)
+			}
 			return fmt.Errorf("timed out after %s waiting for %s to finish upgrading (%s); it goes on in the cluster: follow it with kubectl nvdriver status %s -w", o.Timeout, o.Name, last, o.Name)
 		case <-time.After(o.Interval):
 		}
 	}
 }
 
+func (o *UpgradeOptions) finish(p progress, took time.Duration) error {
+	took = took.Round(time.Second)
+	switch p.end {
+	case endFailed:
+		fmt.Fprintf(o.Streams.ErrOut, "%d node(s) ended upgrade-failed (%s): see kubectl nvdriver doctor %s\n", len(p.failed), strings.Join(p.failed, ", "), o.Name)
+		return &FindingsError{Msg: "upgrade failed"}
+	case endNothing:
+		fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s: nothing to do: %s\n", o.Name, p.note)
+	case endHeld:
+		fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s: DaemonSets carry version %s; nodes will not roll until requested (autoUpgrade: false): kubectl nvdriver upgrade %s --nodes NODE[,NODE...] --wait\n", o.Name, p.version, o.Name)
+	default:
+		fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s upgraded: %s in %s\n", o.Name, p.note, took)
+	}
+	return nil
+}
+
 func progressLine(p progress, tty bool, st *print.Styles) string {
-	keys := make([]string, 0, len(p.states))
-	for k := range p.states {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, p.states[k])
-	}
-	ready := "driver notReady"
-	if p.ready {
-		ready = "driver ready"
-	}
-	line := fmt.Sprintf("%d/%d nodes upgrade-done; %s; %s", p.done, p.total, strings.Join(parts, " "), ready)
-	if p.failed > 0 {
-		line += "; " + st.Bad(fmt.Sprintf("%d failed", p.failed))
+	line := p.line
+	if len(p.failed) > 0 {
+		line += "; " + st.Bad(fmt.Sprintf("%d failed", len(p.failed)))
 	}
 	if tty && p.total > 0 {
 		const width = 20

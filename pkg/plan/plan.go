@@ -78,6 +78,10 @@ type Pool struct {
 	DaemonSet string   `json:"daemonSet"`
 	Image     string   `json:"image"`
 	Nodes     []string `json:"nodes"`
+	// Leaving are the pool's nodes that the plan gives to another driver (or
+	// to none): the DaemonSet keeps serving them until the controller has
+	// drained and moved them; Driver.Leaving lists them too.
+	Leaving []string `json:"leaving,omitempty"`
 	// NodeSelector is the pool part of the pod nodeSelector: gpu.present, the
 	// owner label, the OS labels (and the kernel). The user's spec.nodeSelector
 	// is deliberately left out (NVIDIA puts it in): the owner label already
@@ -298,6 +302,9 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 			pools[owner][key] = pool
 		}
 		pool.Nodes = append(pool.Nodes, n.Name)
+		if m.leaving {
+			pool.Leaving = append(pool.Leaving, n.Name)
+		}
 	}
 	for name, byKey := range pools {
 		pd := out[name]
