@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,9 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/resource"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -188,87 +190,74 @@ func isNotFound(err error) bool {
 	return false
 }
 
-// readDriverFiles decodes NVIDIADriver manifests from files, directories or
-// "-" (stdin). Other kinds are an error: preview says what it cannot show.
-func readDriverFiles(paths []string, stdin io.Reader) ([]v1alpha1.NVIDIADriver, error) {
-	var out []v1alpha1.NVIDIADriver
-	read := func(name string, r io.Reader) error {
-		dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
-		for i := 0; ; i++ {
-			var raw map[string]any
-			if err := dec.Decode(&raw); err != nil {
-				if err == io.EOF {
-					return nil
-				}
-				return fmt.Errorf("%s: document %d: %w", name, i+1, err)
-			}
-			if len(raw) == 0 {
-				continue
-			}
-			u := &metav1.TypeMeta{}
-			if av, ok := raw["apiVersion"].(string); ok {
-				u.APIVersion = av
-			}
-			if k, ok := raw["kind"].(string); ok {
-				u.Kind = k
-			}
-			if u.Kind == "List" {
-				return fmt.Errorf("%s: document %d: List objects are not supported; write one NVIDIADriver per document", name, i+1)
-			}
-			if u.Kind != "NVIDIADriver" || u.APIVersion != v1alpha1.GroupVersion.String() {
-				return fmt.Errorf("%s: document %d is %s %s, not an NVIDIADriver (nvidia.com/v1alpha1)", name, i+1, u.APIVersion, u.Kind)
-			}
-			d := v1alpha1.NVIDIADriver{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, &d, true); err != nil {
-				return fmt.Errorf("%s: document %d: %w", name, i+1, err)
-			}
-			if d.Name == "" {
-				return fmt.Errorf("%s: document %d: metadata.name is empty", name, i+1)
-			}
-			defaultSpec(&d.Spec)
-			out = append(out, d)
-		}
+// readDriverFiles decodes NVIDIADriver manifests with cli-runtime's resource
+// builder, as kubectl apply -f reads them: files, directories (-R to recurse),
+// URLs and "-" for stdin. Other kinds are an error, and so is reading no
+// object at all: preview says what it cannot show.
+func readDriverFiles(getter genericclioptions.RESTClientGetter, paths []string, recursive bool, stdin io.Reader) ([]v1alpha1.NVIDIADriver, error) {
+	if len(paths) == 0 {
+		return nil, nil
 	}
+	var files []string
+	useStdin := false
 	for _, p := range paths {
 		if p == "-" {
-			if err := read("stdin", stdin); err != nil {
-				return nil, err
-			}
+			useStdin = true
 			continue
 		}
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, err
+		files = append(files, p)
+	}
+	b := resource.NewBuilder(getter).Unstructured().Local().ContinueOnError().Flatten()
+	if len(files) > 0 {
+		b = b.FilenameParam(false, &resource.FilenameOptions{Filenames: files, Recursive: recursive})
+	}
+	if useStdin {
+		b = b.Stream(stdin, "stdin")
+	}
+	infos, err := b.Do().Infos()
+	if err != nil {
+		return nil, explainDecodeError(err)
+	}
+	if len(infos) == 0 {
+		return nil, fmt.Errorf("no objects passed to preview: -f %s held no NVIDIADriver", strings.Join(paths, ", "))
+	}
+	var out []v1alpha1.NVIDIADriver
+	for _, info := range infos {
+		u, ok := info.Object.(*unstructured.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("%s: unexpected object %T", info.Source, info.Object)
 		}
-		files := []string{p}
-		if st.IsDir() {
-			entries, err := os.ReadDir(p)
-			if err != nil {
-				return nil, err
-			}
-			files = nil
-			for _, e := range entries {
-				if n := e.Name(); !e.IsDir() && (hasSuffix(n, ".yaml") || hasSuffix(n, ".yml") || hasSuffix(n, ".json")) {
-					files = append(files, p+string(os.PathSeparator)+n)
-				}
-			}
+		gvk := u.GroupVersionKind()
+		if gvk.Kind != "NVIDIADriver" || gvk.GroupVersion() != v1alpha1.GroupVersion {
+			return nil, fmt.Errorf("%s: %s %s/%s is not an NVIDIADriver (nvidia.com/v1alpha1)", info.Source, u.GetAPIVersion(), u.GetKind(), u.GetName())
 		}
-		for _, f := range files {
-			fh, err := os.Open(f)
-			if err != nil {
-				return nil, err
+		d := v1alpha1.NVIDIADriver{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &d, true); err != nil {
+			hint := ""
+			if strings.Contains(err.Error(), "to string") {
+				hint = ` (a number where text belongs: quote it in YAML, e.g. version: "535")`
 			}
-			err = read(f, fh)
-			fh.Close()
-			if err != nil {
-				return nil, err
-			}
+			return nil, fmt.Errorf("%s: NVIDIADriver %q: %w%s", info.Source, u.GetName(), err, hint)
 		}
+		if d.Name == "" {
+			return nil, fmt.Errorf("%s: an NVIDIADriver has no metadata.name", info.Source)
+		}
+		defaultSpec(&d.Spec)
+		out = append(out, d)
 	}
 	return out, nil
 }
 
-func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
+var undecodable = regexp.MustCompile(`unable to decode "([^"]+)": (json: cannot unmarshal|error converting YAML)`)
+
+// explainDecodeError replaces the decoder's Go-typed complaint about a file
+// that is not a manifest with one that names the file and says what it needs.
+func explainDecodeError(err error) error {
+	if m := undecodable.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%s is not a Kubernetes manifest: each document must be a YAML or JSON object with apiVersion, kind and metadata", m[1])
+	}
+	return fmt.Errorf("reading -f: %w", err)
+}
 
 // defaultSpec applies the CRD's defaults to a CR read from a file, as the API
 // server would on create.

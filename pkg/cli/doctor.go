@@ -14,9 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
@@ -126,42 +124,53 @@ func (o *DoctorOptions) snapshot(ctx context.Context, c client.Client) (*doctor.
 	s.Drivers = drivers.Items
 	nodes := &corev1.NodeList{}
 	if err := c.List(ctx, nodes); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
+		if !apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		s.NodesForbidden = forbiddenText(err)
 	}
 	s.Nodes = nodes.Items
+	ns := namespaceFlag(o.Flags)
 	sel, _ := metav1.LabelSelectorAsSelector(&doctor.DriverPodSelector)
 	dss := &appsv1.DaemonSetList{}
-	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing driver DaemonSets: %w", err)
 	}
 	s.DaemonSets = dss.Items
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := c.List(ctx, pods, client.MatchingLabelsSelector{Selector: sel}, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing driver pods: %w", err)
 	}
 	s.DriverPods = pods.Items
 	s.Namespace = DefaultNamespace
-	if o.Flags.Namespace != nil && *o.Flags.Namespace != "" {
-		s.Namespace = *o.Flags.Namespace
+	if ns != "" {
+		s.Namespace = ns
 	} else if len(s.DaemonSets) > 0 {
 		s.Namespace = s.DaemonSets[0].Namespace
 	}
 	leases := &coordinationv1.LeaseList{}
-	if err := c.List(ctx, leases, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", doctor.LeaseName)}); err != nil && !apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("listing leases: %w", err)
+	if err := c.List(ctx, leases, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", doctor.LeaseName)}); err != nil {
+		if !apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("listing leases: %w", err)
+		}
+		s.LeasesForbidden = "leases: " + forbiddenText(err)
 	}
 	s.Leases = leases.Items
 	deps := &appsv1.DeploymentList{}
-	if err := c.List(ctx, deps, client.MatchingLabels{"app.kubernetes.io/component": "gpu-operator"}); err != nil && !apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("listing deployments: %w", err)
+	if err := c.List(ctx, deps, client.MatchingLabels{"app.kubernetes.io/component": "gpu-operator"}); err != nil {
+		if !apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("listing deployments: %w", err)
+		}
+		s.DeploymentsForbidden = "deployments: " + forbiddenText(err)
 	}
 	s.OperatorDeployments = deps.Items
-	cps := &unstructured.UnstructuredList{}
-	cps.SetGroupVersionKind(ClusterPolicyGVK.GroupVersion().WithKind("ClusterPolicyList"))
-	if err := c.List(ctx, cps); err == nil {
-		s.ClusterPolicies = cps.Items
-	} else if !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) && !apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("listing ClusterPolicies: %w", err)
+	cps, err := listClusterPolicies(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s.ClusterPolicies = cps
+	if s.Rules, _, err = detectRules(ctx, c, s.Drivers); err != nil {
+		return nil, err
 	}
 	for _, d := range s.Drivers {
 		if d.Spec.SecretEnv == "" {
@@ -189,11 +198,20 @@ func readControllerLogs(ctx context.Context, cs kubernetes.Interface, s *doctor.
 		if err != nil {
 			continue // not a pod (run outside the cluster) or no access
 		}
-		s.LogSource = "pod/" + l.Namespace + "/" + pod
+		s.LogNamespace, s.LogPod = l.Namespace, pod
 		s.ControllerLogErrors = errorLines(stream)
 		stream.Close()
 		return
 	}
+}
+
+// forbiddenText is the API's refusal in short: "forbidden: User "x" cannot list ...".
+func forbiddenText(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "forbidden: "); i >= 0 {
+		return msg[i:]
+	}
+	return msg
 }
 
 func errorLines(r io.Reader) []string {

@@ -8,8 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli/print"
@@ -27,6 +31,7 @@ type PreviewOptions struct {
 	NoColor   *bool
 	Names     []string
 	Filenames []string
+	Recursive bool
 	Output    string
 	Rules     string
 }
@@ -59,7 +64,8 @@ Exit status: 0 no conflict, 3 a conflict, 1 an error.`,
 			return o.Run(cmd.Context())
 		},
 	}
-	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "NVIDIADriver manifests to add to the plan (file, directory or - for stdin; repeatable)")
+	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "NVIDIADriver manifests to add to the plan (file, directory, URL or - for stdin; repeatable)")
+	cmd.Flags().BoolVarP(&o.Recursive, "recursive", "R", false, "read the directories given with -f recursively")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table, wide, json or yaml")
 	cmd.Flags().StringVar(&o.Rules, "rules", o.Rules, "conflict rule: auto (detect NVIDIA's GPU Operator), nvdriver (conflicts block only the CRs involved) or gpu-operator (any conflict blocks all)")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "wide", "json", "yaml"))
@@ -77,21 +83,24 @@ func (o *PreviewOptions) Validate() error {
 
 // Run prints the plan.
 func (o *PreviewOptions) Run(ctx context.Context) error {
-	fromFiles, err := readDriverFiles(o.Filenames, o.Streams.In)
+	fromFiles, err := readDriverFiles(o.Flags, o.Filenames, o.Recursive, o.Streams.In)
 	if err != nil {
 		return err
 	}
-	_, in, err := connectAndRead(ctx, o.Flags)
+	c, in, err := connectAndRead(ctx, o.Flags)
 	if err != nil {
 		return err
 	}
 	drivers, added := mergeDrivers(in.drivers, fromFiles)
 	rules := o.Rules
 	if rules == "auto" {
-		rules = plan.RulesNVDriver
-		if gpuOperatorManages(in.drivers) {
-			rules = plan.RulesGPUOperator
-			fmt.Fprintln(o.Streams.ErrOut, "note: NVIDIA's GPU Operator manages these NVIDIADrivers; applying its rule: a conflict anywhere blocks every NVIDIADriver (use --rules nvdriver to see ours)")
+		var why string
+		rules, why, err = detectRules(ctx, c, in.drivers)
+		if err != nil {
+			return err
+		}
+		if rules == plan.RulesGPUOperator {
+			fmt.Fprintf(o.Streams.ErrOut, "note: %s; applying its rule: a conflict anywhere blocks every NVIDIADriver (use --rules nvdriver to see ours)\n", why)
 		}
 	}
 	p := plan.ComputeWith(in.nodes, drivers, plan.Options{Rules: rules})
@@ -167,6 +176,41 @@ func gpuOperatorManages(drivers []v1alpha1.NVIDIADriver) bool {
 		}
 	}
 	return false
+}
+
+// detectRules is the one place that chooses the conflict rule for "auto"
+// (preview and doctor both call it): NVIDIA's when its operator keeps the
+// CRs' status, or, before any CR has one, when a ClusterPolicy that hands
+// drivers to NVIDIADrivers exists (NVIDIA's operator does nothing without
+// one). It costs one LIST, only when the CRs did not already tell.
+func detectRules(ctx context.Context, c client.Reader, drivers []v1alpha1.NVIDIADriver) (rules, why string, err error) {
+	if gpuOperatorManages(drivers) {
+		return plan.RulesGPUOperator, "NVIDIA's GPU Operator manages these NVIDIADrivers", nil
+	}
+	cps, err := listClusterPolicies(ctx, c)
+	if err != nil {
+		return "", "", err
+	}
+	for _, cp := range cps {
+		if useCRD, _, _ := unstructured.NestedBool(cp.Object, "spec", "driver", "useNvidiaDriverCRD"); useCRD {
+			return plan.RulesGPUOperator, "NVIDIA's GPU Operator is installed (ClusterPolicy " + cp.GetName() + " hands drivers to NVIDIADrivers)", nil
+		}
+	}
+	return plan.RulesNVDriver, "", nil
+}
+
+// listClusterPolicies lists NVIDIA's ClusterPolicies; none when NVIDIA's
+// operator (its CRD) is not installed or the user may not read them.
+func listClusterPolicies(ctx context.Context, c client.Reader) ([]unstructured.Unstructured, error) {
+	cps := &unstructured.UnstructuredList{}
+	cps.SetGroupVersionKind(ClusterPolicyGVK.GroupVersion().WithKind("ClusterPolicyList"))
+	if err := c.List(ctx, cps); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || apierrors.IsForbidden(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing ClusterPolicies: %w", err)
+	}
+	return cps.Items, nil
 }
 
 func filterPlan(p *plan.Plan, names []string) error {

@@ -65,9 +65,17 @@ type Snapshot struct {
 	// MissingSecrets are secretEnv Secrets that do not exist, by driver.
 	MissingSecrets map[string]string
 	// ControllerLogErrors are recent error lines of the controller's pod, and
-	// LogSource says where they came from ("" when no pod was found).
+	// LogNamespace/LogPod say where they came from ("" when no pod was found).
 	ControllerLogErrors []string
-	LogSource           string
+	LogNamespace        string
+	LogPod              string
+	// LeasesForbidden and DeploymentsForbidden hold the API's answer when
+	// the user may not list them: doctor then cannot judge, and says so.
+	LeasesForbidden      string
+	DeploymentsForbidden string
+	NodesForbidden       string
+	// Rules is the conflict rule in force (plan.RulesNVDriver when empty).
+	Rules string
 	// Only limits driver-specific checks to one NVIDIADriver.
 	Only string
 }
@@ -81,6 +89,7 @@ type Check struct {
 // Checks is every check, in the order findings are printed.
 var Checks = []Check{
 	{"crd-installed", checkCRD},
+	{"access", checkAccess},
 	{"controller-running", checkController},
 	{"controller-logs", checkLogs},
 	{"clusterpolicy-driver", checkClusterPolicy},
@@ -111,7 +120,7 @@ func Run(s *Snapshot) Report {
 	for i := range s.Nodes {
 		nodes[i] = plan.Node{Name: s.Nodes[i].Name, Labels: s.Nodes[i].Labels}
 	}
-	p := plan.Compute(nodes, s.Drivers)
+	p := plan.ComputeWith(nodes, s.Drivers, plan.Options{Rules: s.Rules})
 	for _, c := range Checks[1:] {
 		for _, f := range c.Run(s, &p) {
 			f.Check = c.Name
@@ -131,9 +140,19 @@ func checkCRD(s *Snapshot, _ *plan.Plan) []Finding {
 	if s.CRDInstalled {
 		return nil
 	}
-	return []Finding{{Check: "crd-installed", Severity: Error, Message: "the NVIDIADriver CRD (nvidiadrivers.nvidia.com) is not installed",
+	return []Finding{{Check: "crd-installed", Severity: Error, Message: "the NVIDIADriver CRD (nvidiadrivers.nvidia.com) is not installed: install the chart (helm install nvdriver charts/nvdriver -n gpu-operator --create-namespace) or the CRD alone",
 		Objects: []string{"customresourcedefinition/nvidiadrivers.nvidia.com"},
-		Fix:     "helm install nvdriver charts/nvdriver -n gpu-operator --create-namespace (or kubectl apply -f charts/nvdriver/crds/)"}}
+		Fix:     "kubectl apply --server-side -f charts/nvdriver/crds/"}}
+}
+
+// checkAccess says which checks could not run for lack of access: a
+// Forbidden answer is not "not found".
+func checkAccess(s *Snapshot, _ *plan.Plan) []Finding {
+	if s.NodesForbidden == "" {
+		return nil
+	}
+	return []Finding{{Severity: Info, Message: "cannot check nodes (" + s.NodesForbidden + "): the node, NFD, taint, upgrade and cordon checks were skipped",
+		Fix: "kubectl auth can-i list nodes"}}
 }
 
 func checkController(s *Snapshot, _ *plan.Plan) []Finding {
@@ -172,15 +191,79 @@ func checkController(s *Snapshot, _ *plan.Plan) []Finding {
 				Fix: fmt.Sprintf("kubectl -n %s describe deployment %s; kubectl -n %s logs deployment/%s", d.Namespace, d.Name, d.Namespace, d.Name)})
 		}
 	}
+	if !fresh {
+		// NVIDIA's operator may run where doctor cannot see its Deployment;
+		// its work shows: NVIDIA-style status on the CRs, and their DaemonSets
+		// carrying the current spec.
+		if names := reconciledByNVIDIA(s); len(names) > 0 {
+			fresh = true
+			out = append(out, Finding{Severity: Info, Objects: driverObjs(names),
+				Message: fmt.Sprintf("NVIDIA's GPU Operator reconciles NVIDIADrivers (%s keep NVIDIA's status and DaemonSets on their current version), though its Deployment is not visible here", strings.Join(limit(names, 10), ", "))})
+		}
+	}
+	var forbidden []string
+	for _, what := range []string{s.LeasesForbidden, s.DeploymentsForbidden} {
+		if what != "" {
+			forbidden = append(forbidden, what)
+		}
+	}
+	if len(forbidden) > 0 && !fresh {
+		return append(out, Finding{Severity: Info,
+			Message: "cannot check whether a controller runs (" + strings.Join(forbidden, "; ") + "): ask for read access to Leases and Deployments, or check with whoever runs the controller"})
+	}
 	if !fresh && len(out) == 0 {
-		out = append(out, Finding{Severity: Error, Message: "no controller reconciles NVIDIADrivers: neither the nvdriver controller (Lease " + LeaseName + ") nor NVIDIA's GPU Operator was found",
-			Fix: "helm install nvdriver charts/nvdriver -n gpu-operator --create-namespace"})
+		out = append(out, Finding{Severity: Error, Message: "no controller reconciles NVIDIADrivers: neither the nvdriver controller (Lease " + LeaseName + ") nor NVIDIA's GPU Operator was found; install the nvdriver chart (helm install nvdriver charts/nvdriver -n gpu-operator --create-namespace)",
+			Fix: "kubectl get leases -A --field-selector metadata.name=" + LeaseName})
+	}
+	return out
+}
+
+// reconciledByNVIDIA names the CRs whose status NVIDIA's operator writes
+// (a state, never our observedGeneration or finalizer) and whose DaemonSets
+// carry the CR's current version: evidence the operator is at work.
+func reconciledByNVIDIA(s *Snapshot) []string {
+	var out []string
+	for _, d := range s.Drivers {
+		if d.Status.State == "" || d.Status.ObservedGeneration != 0 || hasFinalizer(d.Finalizers, v1alpha1.Finalizer) {
+			continue
+		}
+		current, any := true, false
+		for _, ds := range s.DaemonSets {
+			if ownerName(&ds) != d.Name {
+				continue
+			}
+			any = true
+			cs := ds.Spec.Template.Spec.Containers
+			if len(cs) == 0 || !strings.Contains(cs[0].Image, d.Spec.Version) || ds.Status.ObservedGeneration != ds.Generation {
+				current = false
+			}
+		}
+		if any && current {
+			out = append(out, d.Name)
+		}
+	}
+	return out
+}
+
+func hasFinalizer(fs []string, f string) bool {
+	for _, x := range fs {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+func driverObjs(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = "nvidiadriver/" + n
 	}
 	return out
 }
 
 func checkLogs(s *Snapshot, _ *plan.Plan) []Finding {
-	if len(s.ControllerLogErrors) == 0 {
+	if len(s.ControllerLogErrors) == 0 || s.LogPod == "" {
 		return nil
 	}
 	lines := s.ControllerLogErrors
@@ -188,7 +271,7 @@ func checkLogs(s *Snapshot, _ *plan.Plan) []Finding {
 		lines = lines[len(lines)-3:]
 	}
 	return []Finding{{Severity: Warning, Message: fmt.Sprintf("%d error line(s) in the controller's recent logs; the last: %s", len(s.ControllerLogErrors), strings.Join(lines, " | ")),
-		Objects: []string{s.LogSource}, Fix: "kubectl logs " + strings.Replace(s.LogSource, "pod/", "-n ", 1)}}
+		Objects: []string{"pod/" + s.LogNamespace + "/" + s.LogPod}, Fix: fmt.Sprintf("kubectl -n %s logs %s --tail=300", s.LogNamespace, s.LogPod)}}
 }
 
 func checkClusterPolicy(s *Snapshot, _ *plan.Plan) []Finding {
@@ -218,18 +301,43 @@ func checkConditions(s *Snapshot, _ *plan.Plan) []Finding {
 			if e.Reason == plan.ReasonConflictingNodeSelector || e.Reason == plan.ReasonConflictingDefault {
 				continue
 			}
+			// A missing secretEnv Secret is the secret-env check's finding.
+			if _, missing := s.MissingSecrets[d.Name]; missing {
+				continue
+			}
 			out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%s: %s: %s", d.Name, e.Reason, e.Message), Objects: obj,
 				Fix: "kubectl describe nvidiadriver " + d.Name})
 			continue
 		}
 		if d.Status.State == "" {
-			out = append(out, Finding{Severity: Warning, Message: d.Name + " has no status: no controller has reconciled it yet", Objects: obj,
-				Fix: "check that a controller runs (see controller-running)"})
+			out = append(out, Finding{Severity: Warning, Message: d.Name + " has no status: no controller has reconciled it yet (see controller-running)", Objects: obj,
+				Fix: "kubectl get leases -A --field-selector metadata.name=" + LeaseName})
 			continue
 		}
 		if r := meta.FindStatusCondition(d.Status.Conditions, "Ready"); r != nil && r.Status == metav1.ConditionFalse {
+			if held := heldByAutoUpgradeOff(s, &d); len(held) > 0 {
+				out = append(out, Finding{Severity: Warning, Objects: append(obj, nodeObjs(held)...),
+					Message: fmt.Sprintf("%s is %s because upgradePolicy.autoUpgrade is false: %d node(s) wait for an upgrade to be requested: %s", d.Name, d.Status.State, len(held), strings.Join(limit(held, 10), ", ")),
+					Fix:     fmt.Sprintf("kubectl nvdriver upgrade %s --nodes %s", d.Name, strings.Join(first(held, 10), ","))})
+				continue
+			}
 			out = append(out, Finding{Severity: Warning, Message: fmt.Sprintf("%s is %s: %s (normal for a short while after a change)", d.Name, d.Status.State, r.Message), Objects: obj,
-				Fix: "kubectl nvdriver status " + d.Name + " -w"})
+				Fix: "kubectl nvdriver status " + d.Name})
+		}
+	}
+	return out
+}
+
+// heldByAutoUpgradeOff names the nodes of a CR with autoUpgrade: false that
+// wait in upgrade-required for someone to request them.
+func heldByAutoUpgradeOff(s *Snapshot, d *v1alpha1.NVIDIADriver) []string {
+	if d.Spec.UpgradePolicy == nil || d.Spec.UpgradePolicy.AutoUpgrade {
+		return nil
+	}
+	var out []string
+	for _, n := range s.Nodes {
+		if n.Labels[plan.LabelOwner] == d.Name && n.Labels[plan.LabelUpgradeState] == "upgrade-required" && n.Annotations["nvidia.com/gpu-driver-upgrade-requested"] != "true" {
+			out = append(out, n.Name)
 		}
 	}
 	return out
@@ -270,9 +378,9 @@ func checkConflicts(s *Snapshot, p *plan.Plan) []Finding {
 			objs = append(objs, "node/"+n)
 		}
 		out = append(out, Finding{Severity: Error,
-			Message: fmt.Sprintf("%d node(s) selected by more than one NVIDIADriver (%s): %s", len(nodes), strings.Join(drivers, ", "), strings.Join(limit(nodes, 10), ", ")),
+			Message: fmt.Sprintf("%d node(s) selected by more than one NVIDIADriver (%s): %s; make the nodeSelectors disjoint (edit them, or relabel the nodes with kubectl nvdriver assign) and check with preview", len(nodes), strings.Join(drivers, ", "), strings.Join(limit(nodes, 10), ", ")),
 			Objects: objs,
-			Fix:     fmt.Sprintf("make the nodeSelectors disjoint, e.g. kubectl nvdriver assign %s --nodes %s, then kubectl nvdriver preview", drivers[0], strings.Join(limit(nodes, 3), ","))})
+			Fix:     "kubectl nvdriver preview " + strings.Join(drivers, " ") + " -o wide"})
 	}
 	return out
 }
@@ -289,9 +397,9 @@ func checkSecrets(s *Snapshot, _ *plan.Plan) []Finding {
 			continue
 		}
 		sec := s.MissingSecrets[d]
-		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%s: spec.secretEnv names Secret %s/%s, which does not exist: driver pods cannot start", d, s.Namespace, sec),
+		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%s: spec.secretEnv names Secret %s/%s, which does not exist: driver pods cannot start; create it with the variables the driver needs, or remove spec.secretEnv", d, s.Namespace, sec),
 			Objects: []string{"nvidiadriver/" + d, "secret/" + s.Namespace + "/" + sec},
-			Fix:     fmt.Sprintf("kubectl -n %s create secret generic %s --from-literal=KEY=VALUE (or remove spec.secretEnv)", s.Namespace, sec)})
+			Fix:     fmt.Sprintf("kubectl -n %s create secret generic %s --from-literal=KEY=VALUE", s.Namespace, sec)})
 	}
 	return out
 }
@@ -304,8 +412,7 @@ func checkVersionWarnings(s *Snapshot, p *plan.Plan) []Finding {
 		}
 		for _, w := range d.Warnings {
 			if strings.Contains(w, "branch") {
-				out = append(out, Finding{Severity: Warning, Message: d.Name + ": " + w, Objects: []string{"nvidiadriver/" + d.Name},
-					Fix: "kubectl nvdriver upgrade " + d.Name + " --to <full version, e.g. 550.90.07>"})
+				out = append(out, Finding{Severity: Warning, Message: d.Name + ": " + w + "; kubectl nvdriver upgrade " + d.Name + " --to FULL-VERSION sets one", Objects: []string{"nvidiadriver/" + d.Name}})
 			}
 		}
 	}
@@ -315,7 +422,8 @@ func checkVersionWarnings(s *Snapshot, p *plan.Plan) []Finding {
 func checkNFD(s *Snapshot, _ *plan.Plan) []Finding {
 	var noNFD, noOS []string
 	for _, n := range s.Nodes {
-		_, hasGPURes := n.Status.Capacity["nvidia.com/gpu"]
+		q, hasGPURes := n.Status.Capacity["nvidia.com/gpu"]
+		hasGPURes = hasGPURes && !q.IsZero() // a CPU node may advertise "0"
 		gpu := plan.IsGPUNode(n.Labels)
 		if hasGPURes && !gpu {
 			noNFD = append(noNFD, n.Name)
@@ -330,13 +438,13 @@ func checkNFD(s *Snapshot, _ *plan.Plan) []Finding {
 	var out []Finding
 	if len(noNFD) > 0 {
 		out = append(out, Finding{Severity: Warning,
-			Message: fmt.Sprintf("%d node(s) advertise nvidia.com/gpu but carry no NFD NVIDIA PCI label nor nvidia.com/gpu.present=true: no driver is planned for them: %s", len(noNFD), strings.Join(limit(noNFD, 10), ", ")),
-			Objects: nodeObjs(noNFD), Fix: "run node-feature-discovery on these nodes, or label them: kubectl label node " + noNFD[0] + " nvidia.com/gpu.present=true"})
+			Message: fmt.Sprintf("%d node(s) advertise nvidia.com/gpu but carry no NFD NVIDIA PCI label nor nvidia.com/gpu.present=true: no driver is planned for them: %s; run node-feature-discovery on them, or label them", len(noNFD), strings.Join(limit(noNFD, 10), ", ")),
+			Objects: nodeObjs(noNFD), Fix: "kubectl label node " + strings.Join(first(noNFD, 10), " ") + " nvidia.com/gpu.present=true"})
 	}
 	if len(noOS) > 0 {
 		out = append(out, Finding{Severity: Warning,
-			Message: fmt.Sprintf("%d GPU node(s) lack NFD's system-os_release labels, so no driver pool can be chosen for them: %s", len(noOS), strings.Join(limit(noOS, 10), ", ")),
-			Objects: nodeObjs(noOS), Fix: "check node-feature-discovery's worker on these nodes: kubectl get pods -A -l app.kubernetes.io/name=node-feature-discovery -o wide"})
+			Message: fmt.Sprintf("%d GPU node(s) lack NFD's system-os_release labels, so no driver pool can be chosen for them: %s; check node-feature-discovery's worker on these nodes", len(noOS), strings.Join(limit(noOS, 10), ", ")),
+			Objects: nodeObjs(noOS), Fix: "kubectl get pods -A -l app.kubernetes.io/name=node-feature-discovery -o wide"})
 	}
 	return out
 }
@@ -345,32 +453,52 @@ func checkUncovered(s *Snapshot, p *plan.Plan) []Finding {
 	if len(p.Uncovered) == 0 || s.Only != "" {
 		return nil
 	}
-	return []Finding{{Severity: Warning,
-		Message: fmt.Sprintf("%d GPU node(s) are covered by no NVIDIADriver and get no driver: %s", len(p.Uncovered), strings.Join(limit(p.Uncovered, 10), ", ")),
-		Objects: nodeObjs(p.Uncovered),
-		Fix:     "kubectl nvdriver assign NAME --nodes " + strings.Join(limit(p.Uncovered, 3), ",") + " --version VERSION, or create a default: true NVIDIADriver"}}
+	f := Finding{Severity: Warning,
+		Message: fmt.Sprintf("%d GPU node(s) are covered by no NVIDIADriver and get no driver: %s; assign them to an NVIDIADriver, or create a default: true one", len(p.Uncovered), strings.Join(limit(p.Uncovered, 10), ", ")),
+		Objects: nodeObjs(p.Uncovered)}
+	for _, d := range p.Drivers {
+		if !d.Default && d.Error == nil {
+			f.Fix = "kubectl nvdriver assign " + d.Name + " --nodes " + strings.Join(first(p.Uncovered, 10), ",")
+			break
+		}
+	}
+	return []Finding{f}
 }
 
+// checkSkipped lists GPU nodes no driver container will manage because of
+// their own labels, whether or not an NVIDIADriver selects them.
 func checkSkipped(s *Snapshot, p *plan.Plan) []Finding {
 	byReason := map[string][]string{}
-	for _, d := range p.Drivers {
-		if !s.wants(d.Name) {
-			continue
-		}
-		for _, sk := range d.Skipped {
-			if sk.Reason == plan.ReasonPreInstalled || sk.Reason == plan.ReasonDisabled {
+	if s.Only != "" {
+		for _, d := range p.Drivers {
+			if !s.wants(d.Name) {
+				continue
+			}
+			for _, sk := range d.Skipped {
 				byReason[sk.Reason] = append(byReason[sk.Reason], sk.Node)
+			}
+		}
+	} else {
+		for _, n := range s.Nodes {
+			if !plan.IsGPUNode(n.Labels) {
+				continue
+			}
+			switch n.Labels[plan.LabelDeployDriver] {
+			case plan.DeployPreInstalled:
+				byReason[plan.ReasonPreInstalled] = append(byReason[plan.ReasonPreInstalled], n.Name)
+			case plan.DeployFalse:
+				byReason[plan.ReasonDisabled] = append(byReason[plan.ReasonDisabled], n.Name)
 			}
 		}
 	}
 	var out []Finding
 	if n := byReason[plan.ReasonPreInstalled]; len(n) > 0 {
-		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) use a driver installed on the host (nvidia.com/gpu.deploy.driver=pre-installed): %s", len(n), strings.Join(limit(n, 10), ", ")),
-			Objects: nodeObjs(n), Fix: "to let a driver container manage one, remove the host driver, then: kubectl label node " + n[0] + " nvidia.com/gpu.deploy.driver=true --overwrite"})
+		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d GPU node(s) use a driver installed on the host (nvidia.com/gpu.deploy.driver=pre-installed), so no NVIDIADriver manages them: %s; to let a driver container manage one, remove the host driver, then relabel it", len(n), strings.Join(limit(n, 10), ", ")),
+			Objects: nodeObjs(n), Fix: "kubectl label node " + n[0] + " nvidia.com/gpu.deploy.driver=true --overwrite"})
 	}
 	if n := byReason[plan.ReasonDisabled]; len(n) > 0 {
-		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) have the driver disabled (nvidia.com/gpu.deploy.driver=false): %s", len(n), strings.Join(limit(n, 10), ", ")),
-			Objects: nodeObjs(n), Fix: "kubectl label node " + n[0] + " nvidia.com/gpu.deploy.driver=true --overwrite"})
+		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d GPU node(s) have the driver disabled (nvidia.com/gpu.deploy.driver=false), so no NVIDIADriver manages them: %s", len(n), strings.Join(limit(n, 10), ", ")),
+			Objects: nodeObjs(n), Fix: "kubectl label node " + strings.Join(first(n, 10), " ") + " nvidia.com/gpu.deploy.driver=true --overwrite"})
 	}
 	return out
 }
@@ -406,9 +534,9 @@ func checkOrphans(s *Snapshot, _ *plan.Plan) []Finding {
 			continue
 		}
 		out = append(out, Finding{Severity: Warning,
-			Message: fmt.Sprintf("driver DaemonSet %s/%s is owned by no NVIDIADriver (a ClusterPolicy driver, or left behind): its pods may hold the driver on nodes an NVIDIADriver targets", ds.Namespace, ds.Name),
+			Message: fmt.Sprintf("driver DaemonSet %s/%s is owned by no NVIDIADriver (a ClusterPolicy driver, or left behind): its pods may hold the driver on nodes an NVIDIADriver targets; delete it if nothing manages it any more", ds.Namespace, ds.Name),
 			Objects: []string{"daemonset/" + ds.Namespace + "/" + ds.Name},
-			Fix:     fmt.Sprintf("if nothing manages it any more: kubectl -n %s delete daemonset %s", ds.Namespace, ds.Name)})
+			Fix:     fmt.Sprintf("kubectl -n %s delete daemonset %s", ds.Namespace, ds.Name)})
 	}
 	return out
 }
@@ -427,9 +555,9 @@ func checkPods(s *Snapshot, _ *plan.Plan) []Finding {
 			switch cs.State.Waiting.Reason {
 			case "ImagePullBackOff", "ErrImagePull", "InvalidImageName":
 				out = append(out, Finding{Severity: Error,
-					Message: fmt.Sprintf("driver pod %s on %s cannot pull image %s (%s): the tag may not exist (precompiled images exist only for some kernels and OS releases) or a pull secret is missing", pod.Name, node, cs.Image, cs.State.Waiting.Reason),
+					Message: fmt.Sprintf("driver pod %s on %s cannot pull image %s (%s): the tag may not exist (precompiled images exist only for some kernels and OS releases) or a pull secret is missing: check the tag in the registry, and set spec.imagePullSecrets if it is private", pod.Name, node, cs.Image, cs.State.Waiting.Reason),
 					Objects: []string{obj, "node/" + node},
-					Fix:     fmt.Sprintf("check the tag exists in the registry; set spec.imagePullSecrets if it is private; kubectl -n %s describe pod %s", pod.Namespace, pod.Name)})
+					Fix:     fmt.Sprintf("kubectl -n %s describe pod %s", pod.Namespace, pod.Name)})
 				reported = true
 			case "CrashLoopBackOff":
 				out = append(out, Finding{Severity: Error,
@@ -446,8 +574,8 @@ func checkPods(s *Snapshot, _ *plan.Plan) []Finding {
 			for _, c := range pod.Status.Conditions {
 				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 					out = append(out, Finding{Severity: Error,
-						Message: fmt.Sprintf("driver pod %s is Pending: %s", pod.Name, c.Message), Objects: []string{obj},
-						Fix: "if a taint is untolerated, add it to spec.tolerations of the NVIDIADriver; kubectl -n " + pod.Namespace + " describe pod " + pod.Name})
+						Message: fmt.Sprintf("driver pod %s is Pending: %s (an untolerated taint goes into the NVIDIADriver's spec.tolerations)", pod.Name, c.Message), Objects: []string{obj},
+						Fix: "kubectl -n " + pod.Namespace + " describe pod " + pod.Name})
 				}
 			}
 		}
@@ -479,10 +607,22 @@ func checkTaints(s *Snapshot, _ *plan.Plan) []Finding {
 			out = append(out, Finding{Severity: Error,
 				Message: fmt.Sprintf("node %s has taint %s which %s's driver pods do not tolerate: the DaemonSet places no driver there", n.Name, taintString(t), owner),
 				Objects: []string{"node/" + n.Name, "nvidiadriver/" + owner},
-				Fix:     fmt.Sprintf(`kubectl patch nvidiadriver %s --type merge -p '{"spec":{"tolerations":[{"key":%q,"operator":"Exists","effect":%q}]}}'`, owner, t.Key, t.Effect)})
+				Fix:     tolerationFix(s, owner, t)})
 		}
 	}
 	return out
+}
+
+// tolerationFix adds the toleration without replacing the ones the CR has
+// (a merge patch would replace the whole list).
+func tolerationFix(s *Snapshot, owner string, t corev1.Taint) string {
+	tol := fmt.Sprintf(`{"key":%q,"operator":"Exists","effect":%q}`, t.Key, t.Effect)
+	for _, d := range s.Drivers {
+		if d.Name == owner && len(d.Spec.Tolerations) > 0 {
+			return fmt.Sprintf(`kubectl patch nvidiadriver %s --type json -p '[{"op":"add","path":"/spec/tolerations/-","value":%s}]'`, owner, tol)
+		}
+	}
+	return fmt.Sprintf(`kubectl patch nvidiadriver %s --type merge -p '{"spec":{"tolerations":[%s]}}'`, owner, tol)
 }
 
 func tolerated(tols []corev1.Toleration, t corev1.Taint) bool {
@@ -517,13 +657,13 @@ func checkUpgrades(s *Snapshot, _ *plan.Plan) []Finding {
 	}
 	var out []Finding
 	if len(failed) > 0 {
-		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%d node(s) ended upgrade-failed: %s", len(failed), strings.Join(limit(failed, 10), ", ")),
+		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%d node(s) ended upgrade-failed: %s; inspect the driver pod, then retry by setting the node back to upgrade-required", len(failed), strings.Join(limit(failed, 10), ", ")),
 			Objects: nodeObjs(failed),
-			Fix:     fmt.Sprintf("inspect the driver pod (kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s); to retry: kubectl label node %s %s=upgrade-required --overwrite", s.Namespace, failed[0], failed[0], plan.LabelUpgradeState)})
+			Fix:     fmt.Sprintf("kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s; kubectl label node %s %s=upgrade-required --overwrite", s.Namespace, failed[0], failed[0], plan.LabelUpgradeState)})
 	}
 	if len(inProgress) > 0 {
 		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) are being upgraded: %s", len(inProgress), strings.Join(limit(inProgress, 10), ", ")),
-			Fix: "kubectl nvdriver status -w"})
+			Fix: "kubectl nvdriver status"})
 	}
 	return out
 }
@@ -541,8 +681,8 @@ func checkCordoned(s *Snapshot, _ *plan.Plan) []Finding {
 	if len(left) == 0 {
 		return nil
 	}
-	return []Finding{{Severity: Warning, Message: fmt.Sprintf("%d GPU node(s) are cordoned with no driver upgrade in progress (left cordoned?): %s", len(left), strings.Join(limit(left, 10), ", ")),
-		Objects: nodeObjs(left), Fix: "if nobody cordoned them on purpose: kubectl uncordon " + strings.Join(limit(left, 10), " ")}}
+	return []Finding{{Severity: Warning, Message: fmt.Sprintf("%d GPU node(s) are cordoned with no driver upgrade in progress (left cordoned?): %s; uncordon them if nobody cordoned them on purpose", len(left), strings.Join(limit(left, 10), ", ")),
+		Objects: nodeObjs(left), Fix: "kubectl uncordon " + strings.Join(first(left, 10), " ")}}
 }
 
 func nodeObjs(names []string) []string {
@@ -558,6 +698,15 @@ func limit(s []string, n int) []string {
 		return s
 	}
 	return append(append([]string{}, s[:n]...), fmt.Sprintf("and %d more", len(s)-n))
+}
+
+// first is at most n elements, for commands (limit's "and N more" is for
+// messages: pasted into a command it would break it).
+func first(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 func contains(s []string, v string) bool {
