@@ -146,7 +146,9 @@ func (t waitTarget) judge(o observation) progress {
 	// Our controller says which generation its status describes; NVIDIA's
 	// does not (its CRD prunes the field), and then the DaemonSets decide.
 	controllerCurrent := d.Status.ObservedGeneration == 0 || d.Status.ObservedGeneration == d.Generation
-	ready := controllerCurrent && (d.Status.State == "" || d.Status.State == v1alpha1.Ready)
+	// Both backends write status.state; a CR no controller ever reconciled
+	// is never "done".
+	ready := controllerCurrent && d.Status.State == v1alpha1.Ready
 
 	if len(t.nodes) > 0 {
 		return t.judgeNodes(o, p, states, inFlight, dsCurrent)

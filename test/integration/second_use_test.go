@@ -1,14 +1,26 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/cli"
+	"github.com/nvdriver/nvdriver/pkg/doctor"
 )
 
 // The second use: assign run again, and with one flag changed, on a CR the
@@ -121,5 +133,103 @@ func TestAssignWritesWhatBothBackendsNeed(t *testing.T) {
 	}
 	if d := getDriver(t, "bb-b"); d.Spec.Repository != "registry.example.com/team" || d.Spec.Image != "driver" {
 		t.Errorf("bb-b repository/image = %q/%q, want registry.example.com/team + driver", d.Spec.Repository, d.Spec.Image)
+	}
+}
+
+// Ctrl-C during upgrade --wait: the command says it was interrupted (not
+// "timed out"), exits 1, and changes nothing beyond the version it patched.
+func TestUpgradeWaitInterrupted(t *testing.T) {
+	startController(t)
+	nodes := cliNodes(t, "uw", 1, map[string]string{"uw": "x"})
+	createNodes(t, nodes)
+	if err := k8s.Create(context.Background(), nvd("uw-a", `{"version": "535.104.12", "nodeSelector": {"uw": "x"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteDriver(t, "uw-a") })
+	p := cliProxy(t)
+	t.Cleanup(func() { p.mu.Lock(); p.before = nil; p.mu.Unlock() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	polls := 0
+	p.mu.Lock()
+	p.before = func(r *http.Request) {
+		// The user presses Ctrl-C while the command follows the rollout (envtest
+		// runs no DaemonSet controller, so it would never end by itself).
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/nvidiadrivers/uw-a") {
+			polls++
+			if polls == 3 {
+				cancel()
+			}
+		}
+	}
+	p.mu.Unlock()
+	var out, errOut bytes.Buffer
+	code := cli.MainContext(ctx, []string{"--kubeconfig", p.kubecfg, "upgrade", "uw-a", "--to", "550.90.07", "--wait", "--timeout", "1h"},
+		strings.NewReader(""), &out, &errOut)
+	if code != cli.ExitError || !strings.Contains(errOut.String(), "interrupted") || strings.Contains(errOut.String(), "timed out") {
+		t.Fatalf("exit %d, want 1 saying interrupted\n%s%s", code, out.String(), errOut.String())
+	}
+	if d := getDriver(t, "uw-a"); d.Spec.Version != "550.90.07" {
+		t.Errorf("version %q: the patch the command made before waiting is lost", d.Spec.Version)
+	}
+}
+
+// doctor run by a user with only the built-in view role: what it may not
+// read is "cannot check", never "not found" at error.
+func TestDoctorAsViewer(t *testing.T) {
+	ctx := context.Background()
+	// What the built-in view role grants here (envtest runs no aggregation
+	// controller, so view itself is empty): read access to namespaced
+	// workloads, and to NVIDIADrivers through the chart's aggregate (rbac.yaml);
+	// no nodes, no Leases, no CRDs.
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "doctor-viewer"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods", "pods/log", "events"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"nvidia.com"}, Resources: []string{"nvidiadrivers"}, Verbs: []string{"get", "list", "watch"}}}}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "doctor-viewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "doctor-viewer"},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "doctor-viewer"}}}
+	for _, o := range []client.Object{role, crb} {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		o := o
+		t.Cleanup(func() { _ = k8s.Delete(ctx, o) })
+	}
+	p := cliProxy(t)
+	// The proxy's credentials may impersonate: the plugin acts as the viewer.
+	kc := filepath.Join(t.TempDir(), "viewer")
+	data, _ := os.ReadFile(p.kubecfg)
+	if err := os.WriteFile(kc, []byte(strings.Replace(string(data), "user: {}", "user: {as: doctor-viewer}", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	var code int
+	eventually(t, "the viewer's bindings to take effect", func() error {
+		out.Reset()
+		errOut.Reset()
+		code = cli.MainContext(ctx, []string{"--kubeconfig", kc, "doctor", "-o", "json"}, strings.NewReader(""), &out, &errOut)
+		if code == cli.ExitError {
+			return fmt.Errorf("doctor as a viewer failed: %s%s", out.String(), errOut.String())
+		}
+		return nil
+	})
+	var r doctor.Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	seen := false
+	for _, f := range r.Findings {
+		if f.Check == "controller-running" || f.Check == "access" {
+			if f.Severity == doctor.Error {
+				t.Errorf("a Forbidden answer reported as an error: %+v", f)
+			}
+			if strings.Contains(f.Message, "cannot check") {
+				seen = true
+			}
+		}
+	}
+	if !seen {
+		t.Errorf("doctor as a viewer does not say what it could not check:\n%s", out.String())
 	}
 }

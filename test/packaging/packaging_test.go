@@ -81,10 +81,15 @@ func TestHelmChart(t *testing.T) {
 	}
 
 	def := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator"))
-	for _, kind := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NVIDIADriver"} {
+	for _, kind := range []string{"Deployment", "ServiceAccount", "ClusterRoleBinding", "Role", "RoleBinding", "NVIDIADriver"} {
 		if len(def[kind]) != 1 {
 			t.Errorf("default render has %d %s, want 1", len(def[kind]), kind)
 		}
+	}
+	// The controller's ClusterRole, and read access to NVIDIADrivers
+	// aggregated into the built-in view/edit/admin roles.
+	if len(def["ClusterRole"]) != 2 || !strings.Contains(string(def["ClusterRole"][1]), "aggregate-to-view") {
+		t.Errorf("default render has %d ClusterRoles, want the controller's and the view aggregate", len(def["ClusterRole"]))
 	}
 	var cr struct {
 		Metadata struct{ Name string }
@@ -107,7 +112,7 @@ func TestHelmChart(t *testing.T) {
 		t.Error("deployDefaultCR=false still renders an NVIDIADriver")
 	}
 	noCtrl := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator", "--set", "controller.enabled=false"))
-	if len(noCtrl["Deployment"]) != 0 || len(noCtrl["ClusterRole"]) != 1 {
+	if len(noCtrl["Deployment"]) != 0 || len(noCtrl["ClusterRole"]) != 2 {
 		t.Error("controller.enabled=false must drop the Deployment and keep RBAC")
 	}
 	custom := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator",
