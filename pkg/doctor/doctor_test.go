@@ -41,7 +41,7 @@ func TestDoctorJudgements(t *testing.T) {
 		Status: v1alpha1.NVIDIADriverStatus{State: v1alpha1.Ready}}
 	nvidiaDS := appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-gpu-driver-ubuntu22.04-1", Namespace: "gpu-operator", Generation: 2,
 		OwnerReferences: []metav1.OwnerReference{{Kind: "NVIDIADriver", Name: "nv", UID: "u-nv", Controller: ptr.To(true)}}},
-		Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Image: "nvcr.io/nvidia/driver:550.90.07-ubuntu22.04"}}}}},
+		Spec:   appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Image: "nvcr.io/nvidia/driver:550.90.07-ubuntu22.04"}}}}},
 		Status: appsv1.DaemonSetStatus{ObservedGeneration: 2}}
 	cpu := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-0"}, Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}}}
 
@@ -66,7 +66,7 @@ func TestDoctorJudgements(t *testing.T) {
 			snap:  Snapshot{Nodes: []corev1.Node{cpu}},
 			check: "nfd-labels"},
 		{name: "pre-installed and disabled GPU nodes are listed though no CR selects them",
-			snap: Snapshot{Nodes: []corev1.Node{gpuNode("pre-0", plan.LabelDeployDriver, plan.DeployPreInstalled), gpuNode("off-0", plan.LabelDeployDriver, plan.DeployFalse)}},
+			snap:  Snapshot{Nodes: []corev1.Node{gpuNode("pre-0", plan.LabelDeployDriver, plan.DeployPreInstalled), gpuNode("off-0", plan.LabelDeployDriver, plan.DeployFalse)}},
 			check: "skipped-nodes", want: []string{"pre-0", "off-0"}, sev: Info},
 		{name: "a missing secretEnv Secret is one finding, not two",
 			snap: Snapshot{Drivers: []v1alpha1.NVIDIADriver{{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: v1alpha1.NVIDIADriverSpec{Version: "1.0", SecretEnv: "env"},
@@ -75,7 +75,7 @@ func TestDoctorJudgements(t *testing.T) {
 			check: "driver-conditions"},
 		{name: "autoUpgrade false holding nodes says so, with the command",
 			snap: Snapshot{Drivers: []v1alpha1.NVIDIADriver{{ObjectMeta: metav1.ObjectMeta{Name: "held"},
-				Spec: v1alpha1.NVIDIADriverSpec{Version: "1.0", NodeSelector: map[string]string{"d": "held"}, UpgradePolicy: &v1alpha1.DriverUpgradePolicySpec{AutoUpgrade: false}},
+				Spec:   v1alpha1.NVIDIADriverSpec{Version: "1.0", NodeSelector: map[string]string{"d": "held"}, UpgradePolicy: &v1alpha1.DriverUpgradePolicySpec{AutoUpgrade: false}},
 				Status: v1alpha1.NVIDIADriverStatus{State: v1alpha1.NotReady, Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Upgrading"}}}}},
 				Nodes: []corev1.Node{gpuNode("h-0", "d", "held", plan.LabelOwner, "held", plan.LabelUpgradeState, "upgrade-required")}},
 			check: "driver-conditions", want: []string{"autoUpgrade is false: 1 node(s) wait"}, sev: Warning},
