@@ -614,7 +614,8 @@ func (o *AssignOptions) printDriver(d *v1alpha1.NVIDIADriver) error {
 	return print.JSON(o.Streams.Out, d)
 }
 
-// completeNodes completes node names.
+// completeNodes completes the names of GPU nodes (the only ones a driver
+// can be assigned to or upgraded on).
 func completeNodes(flags *genericclioptions.ConfigFlags) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return func(cmd *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
 		c, _, err := clientFor(flags)
@@ -628,7 +629,7 @@ func completeNodes(flags *genericclioptions.ConfigFlags) func(*cobra.Command, []
 		}
 		var out []string
 		for _, n := range list.Items {
-			if strings.HasPrefix(n.Name, prefix) {
+			if strings.HasPrefix(n.Name, prefix) && plan.IsGPUNode(n.Labels) {
 				out = append(out, n.Name)
 			}
 		}

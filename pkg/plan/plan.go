@@ -340,6 +340,15 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 		}
 	}
 
+	if opts.Rules == RulesGPUOperator {
+		for _, d := range live {
+			if pd := out[d.Name]; pd.Error == nil && (d.Spec.Repository == "" || d.Spec.Image == "") {
+				// NVIDIA's image rule: with a version set, repository, image and
+				// version must all be set; its operator refuses the CR otherwise.
+				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: "NVIDIA's GPU Operator refuses this NVIDIADriver: invalid image specification: repository, image and version must all be set (set spec.repository, e.g. nvcr.io/nvidia, and spec.image, e.g. driver)"}
+			}
+		}
+	}
 	for _, d := range live {
 		pd := out[d.Name]
 		if !d.Spec.IsPrecompiled() && v1alpha1.IsBranch(d.Spec.Version) {

@@ -238,6 +238,26 @@ func TestCompute(t *testing.T) {
 			},
 		},
 		{
+			name:    "gpu-operator rules: a CR without a repository is refused, as NVIDIA's operator refuses it",
+			nodes:   []Node{gpu("x", "ubuntu22.04", "", "a", "1")},
+			drivers: []v1alpha1.NVIDIADriver{drv("a", sel("a", "1"), func(d *v1alpha1.NVIDIADriver) { d.Spec.Repository = "" })},
+			opts:    Options{Rules: RulesGPUOperator},
+			want: summary{
+				owner: map[string]string{"x": "a"},
+				pools: map[string][]string{"a": {"ubuntu22.04=x"}},
+				errs:  map[string]string{"a": ReasonInvalidSpec},
+			},
+		},
+		{
+			name:    "nvdriver rules: the same CR resolves with the default repository",
+			nodes:   []Node{gpu("x", "ubuntu22.04", "", "a", "1")},
+			drivers: []v1alpha1.NVIDIADriver{drv("a", sel("a", "1"), func(d *v1alpha1.NVIDIADriver) { d.Spec.Repository = "" })},
+			want: summary{
+				owner: map[string]string{"x": "a"},
+				pools: map[string][]string{"a": {"ubuntu22.04=x"}},
+			},
+		},
+		{
 			name:    "two defaults: the oldest works, the other gets ConflictingDefault",
 			nodes:   []Node{gpu("x", "ubuntu22.04", "")},
 			drivers: []v1alpha1.NVIDIADriver{drv("newer", isDefault, created(t0.Add(time.Hour))), drv("older", isDefault, created(t0))},

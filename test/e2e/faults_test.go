@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -346,6 +347,8 @@ spec: {version: "535.104.12", nodeSelector: {api: "yes"}}
 		}
 		return nil
 	})
+	// status -w follows across the same outage (checked at the end).
+	watch := startStatusWatch(t, "api-restart")
 	restartAPIServer(t, 4*time.Second)
 	var r result
 	select {
@@ -378,6 +381,76 @@ spec: {version: "535.104.12", nodeSelector: {api: "yes"}}
 			t.Errorf("%s: owner %q, unschedulable %v", n, node.Labels[plan.LabelOwner], node.Spec.Unschedulable)
 		}
 	}
+	// A change made after the outage reaches the status -w started before it.
+	mark := watch.len()
+	kubectl(t, "patch", "nvidiadriver/api-restart", "--type=merge", `-p={"spec":{"version":"570.86.15"}}`)
+	eventually(t, 30*time.Second, "status -w to show the change made after the restart", func() error {
+		if !strings.Contains(watch.since(mark), `"version": "570.86.15"`) {
+			return fmt.Errorf("no frame with the new version yet")
+		}
+		return nil
+	})
+	watch.stop(t)
+}
+
+// statusWatch is a running `kubectl nvdriver status NAME -w -o json`.
+type statusWatch struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  strings.Builder
+	done chan error
+}
+
+func (w *statusWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.Write(p)
+}
+
+func (w *statusWatch) len() int { w.mu.Lock(); defer w.mu.Unlock(); return w.out.Len() }
+
+func (w *statusWatch) since(i int) string { w.mu.Lock(); defer w.mu.Unlock(); return w.out.String()[i:] }
+
+func startStatusWatch(t *testing.T, name string) *statusWatch {
+	t.Helper()
+	w := &statusWatch{done: make(chan error, 1)}
+	w.cmd = exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), "status", name, "-w", "-o", "json")
+	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1")
+	w.cmd.Stdout = w
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.done <- w.cmd.Wait() }()
+	t.Cleanup(func() { _ = w.cmd.Process.Kill() })
+	eventually(t, 30*time.Second, "the first status -w frame", func() error {
+		if !strings.Contains(w.since(0), `"name": "`+name+`"`) {
+			return fmt.Errorf("no frame yet")
+		}
+		return nil
+	})
+	return w
+}
+
+// stop interrupts the watch as Ctrl-C would: it ends cleanly, and it never
+// printed the same frame twice in a row (stdout is not a terminal here).
+func (w *statusWatch) stop(t *testing.T) {
+	t.Helper()
+	_ = w.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-w.done:
+		if err != nil {
+			t.Errorf("status -w ended with %v on Ctrl-C", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("status -w did not end on Ctrl-C")
+	}
+	frames := regexp.MustCompile(`(?m)^--- \S+\n`).Split(w.since(0), -1)
+	for i := 2; i < len(frames); i++ {
+		if frames[i] == frames[i-1] {
+			t.Errorf("status -w printed the same frame twice in a row:\n%s", frames[i])
+		}
+	}
+	t.Logf("status -w printed %d frames across the outage", len(frames)-1)
 }
 
 // ---- leader election ----

@@ -200,6 +200,7 @@ spec: {version: "535.104.12", nodeSelector: {dr-taint: "1"}}
 		}
 		return nil
 	})
+	runEveryFix(t, report)
 	// The table names the fix too.
 	_, out, _ := nvdriver(t, "doctor")
 	if !strings.Contains(out, "kubectl uncordon gpu-node-0") || !strings.Contains(out, "error(s)") {
@@ -216,6 +217,54 @@ spec: {version: "535.104.12", nodeSelector: {dr-taint: "1"}}
 			t.Errorf("doctor dr-pull reports another driver's conflict: %+v", f)
 		}
 	}
+}
+
+// writingVerbs are the kubectl (and kubectl nvdriver) verbs that change the
+// cluster: their fixes run with --dry-run=server.
+var writingVerbs = map[string]bool{"label": true, "patch": true, "uncordon": true, "cordon": true, "create": true, "delete": true,
+	"annotate": true, "taint": true, "apply": true, "assign": true, "upgrade": true}
+
+// runEveryFix runs each command doctor printed, as a user pasting it would
+// (through a shell, with kubectl and kubectl-nvdriver on PATH), writes as
+// server dry runs: each must parse and be accepted.
+func runEveryFix(t *testing.T, report doctor.Report) {
+	t.Helper()
+	ran := 0
+	for _, f := range report.Findings {
+		if f.Fix == "" {
+			continue
+		}
+		for _, cmdline := range strings.Split(f.Fix, "; ") {
+			fields := strings.Fields(cmdline)
+			if len(fields) < 2 || fields[0] != "kubectl" {
+				t.Errorf("[%s] fix %q is not a kubectl command", f.Check, cmdline)
+				continue
+			}
+			verb := fields[1]
+			if verb == "nvdriver" && len(fields) > 2 {
+				verb = fields[2]
+			}
+			if strings.HasPrefix(cmdline, "kubectl apply") {
+				continue // the CRD from the repository: not in the e2e cluster's findings
+			}
+			if writingVerbs[verb] {
+				cmdline += " --dry-run=server"
+			}
+			cmd := exec.Command("bash", "-c", cmdline)
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1", "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			// kubectl nvdriver read commands exit 3 when they report findings.
+			if err != nil && !(fields[1] == "nvdriver" && errors.As(err, &ee) && ee.ExitCode() == cli.ExitFindings) {
+				t.Errorf("[%s] fix %q failed: %v\n%s", f.Check, cmdline, err, out)
+			}
+			ran++
+		}
+	}
+	if ran < 5 {
+		t.Errorf("only %d fix commands ran; the planted problems should give more", ran)
+	}
+	t.Logf("ran %d fix commands doctor printed", ran)
 }
 
 func applyStdin(t *testing.T, manifest string) {

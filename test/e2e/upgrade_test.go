@@ -579,3 +579,52 @@ spec:
 		t.Errorf("move not observed (label moved %v, old pod gone %v)", movedSeen, oldGoneSeen)
 	}
 }
+
+// autoUpgrade: false. `upgrade --to` warns that nothing rolls until asked;
+// `upgrade --nodes X --wait` returns once X runs the new driver, while the
+// other node stays on the old one (it used to wait for the whole CR, forever).
+func TestUpgradeRequestedNodesOnly(t *testing.T) {
+	labelNodes(t, "up", "manual", "gpu-node-1", "gpu-node-3")
+	deleteCRs(t, "up-manual")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: up-manual}
+spec:
+  version: "535.104.12"
+  nodeSelector: {up: manual}
+  upgradePolicy: {autoUpgrade: false}
+`)
+	eventually(t, 90*time.Second, "up-manual ready", func() error {
+		return allNodesIn(t, "up-manual", 2, upgrade.StateDone)
+	})
+	code, out, errOut := nvdriver(t, "upgrade", "up-manual", "--to", "550.90.07", "--wait", "--timeout", "2m")
+	if code != 0 || !strings.Contains(errOut, "nodes will not roll until requested: kubectl nvdriver upgrade up-manual --nodes") ||
+		!strings.Contains(out, "nodes will not roll until requested") {
+		t.Fatalf("upgrade --to with autoUpgrade off: exit %d\n%s%s", code, out, errOut)
+	}
+	start := time.Now()
+	code, out, errOut = nvdriver(t, "upgrade", "up-manual", "--nodes", "gpu-node-1", "--wait", "--timeout", "3m")
+	if code != 0 || !strings.Contains(out, "upgraded: gpu-node-1 run(s) the current driver") {
+		t.Fatalf("upgrade --nodes --wait: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("upgrade --nodes gpu-node-1 --wait returned after %s", time.Since(start).Round(time.Second))
+	for _, p := range driverPods(t) {
+		img := p.Spec.Containers[0].Image
+		switch p.Spec.NodeName {
+		case "gpu-node-1":
+			if !strings.Contains(img, "550.90.07") || !podReady(&p) {
+				t.Errorf("gpu-node-1 runs %s (ready %v) after its upgrade returned", img, podReady(&p))
+			}
+		case "gpu-node-3":
+			if !strings.Contains(img, "535.104.12") {
+				t.Errorf("gpu-node-3 was not requested but runs %s", img)
+			}
+		}
+	}
+	// The same request again restarts the node's driver (NVIDIA's semantics
+	// for a requested node) and the wait follows that restart, not a stale view.
+	code, out, errOut = nvdriver(t, "upgrade", "up-manual", "--nodes", "gpu-node-1", "--wait", "--timeout", "3m")
+	if code != 0 || !strings.Contains(out, "upgraded: gpu-node-1") {
+		t.Fatalf("second upgrade --nodes --wait: exit %d\n%s%s", code, out, errOut)
+	}
+}
