@@ -150,6 +150,10 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 		}
 	}
 	for _, n := range nodes {
+		if n.Annotations[upgrade.AnnotationRequested] == "true" {
+			fmt.Fprintf(o.Streams.Out, "node/%s unchanged (upgrade already requested)\n", n.Name)
+			continue
+		}
 		if o.DryRun != "client" {
 			body := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, upgrade.AnnotationRequested))
 			opts := []client.PatchOption{client.FieldOwner(FieldManager)}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli"
 	"github.com/nvdriver/nvdriver/pkg/doctor"
+	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
 // The second use: assign run again, and with one flag changed, on a CR the
@@ -231,5 +234,104 @@ func TestDoctorAsViewer(t *testing.T) {
 	}
 	if !seen {
 		t.Errorf("doctor as a viewer does not say what it could not check:\n%s", out.String())
+	}
+}
+
+// upgrade, run again and with one flag changed: the same version is
+// "unchanged" with no write, a node already requested is not written again,
+// --version is --to, a downgrade is warned about, and nothing but the
+// version ever changes.
+func TestUpgradeSecondUse(t *testing.T) {
+	ctx := context.Background()
+	nodes := cliNodes(t, "us", 1, map[string]string{"us": "x", plan.LabelOwner: "us-a"})
+	createNodes(t, nodes)
+	if err := k8s.Create(ctx, nvd("us-a", `{"version": "535.104.12", "repository": "registry.example.com/m", "nodeSelector": {"us": "x"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteDriver(t, "us-a") })
+	before := getDriver(t, "us-a")
+	p := cliProxy(t)
+	if code, out, errOut := plugin(t, "", "upgrade", "us-a", "--to", "550.90.07"); code != 0 {
+		t.Fatalf("upgrade: exit %d\n%s%s", code, out, errOut)
+	}
+	p.reset()
+	code, out, errOut := plugin(t, "", "upgrade", "us-a", "--version", "550.90.07")
+	if code != 0 || !strings.Contains(out, "unchanged (already at version 550.90.07)") {
+		t.Errorf("same version again: exit %d\n%s%s", code, out, errOut)
+	}
+	if w := p.writes(); len(w) != 0 {
+		t.Errorf("an identical upgrade wrote: %v", w)
+	}
+	code, out, errOut = plugin(t, "", "upgrade", "us-a", "--to", "535.104.12")
+	if code != 0 || !strings.Contains(errOut, "warning: 550.90.07 -> 535.104.12 is a downgrade") {
+		t.Errorf("downgrade: exit %d\n%s%s", code, out, errOut)
+	}
+	after := getDriver(t, "us-a")
+	want := before.Spec.DeepCopy()
+	if !apiequality.Semantic.DeepEqual(after.Spec, *want) {
+		t.Errorf("upgrade there and back changed more than the version:\n got %+v\nwant %+v", after.Spec, *want)
+	}
+	// --nodes twice: the second run finds the request in place.
+	if code, out, errOut := plugin(t, "", "upgrade", "us-a", "--nodes", "us-0"); code != 0 || !strings.Contains(out, "node/us-0 upgrade requested") {
+		t.Fatalf("request: exit %d\n%s%s", code, out, errOut)
+	}
+	p.reset()
+	code, out, errOut = plugin(t, "", "upgrade", "us-a", "--nodes", "us-0")
+	if code != 0 || !strings.Contains(out, "node/us-0 unchanged (upgrade already requested)") {
+		t.Errorf("second request: exit %d\n%s%s", code, out, errOut)
+	}
+	if w := p.writes(); len(w) != 0 {
+		t.Errorf("a repeated request wrote: %v", w)
+	}
+}
+
+// -n selects the namespace driver DaemonSets are read from; it is never
+// silently ignored.
+func TestNamespaceFlagSelectsDriverNamespace(t *testing.T) {
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-gpu-driver-ubuntu22.04-ns", Namespace: "default",
+		Labels: map[string]string{"app.kubernetes.io/component": "nvidia-driver"}},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nvcr.io/nvidia/driver:1.0-ubuntu22.04"}}}}}}
+	if err := k8s.Create(ctx, nvd("ns-a", `{"version": "535.104.12", "nodeSelector": {"ns": "none"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteDriver(t, "ns-a") })
+	owner := getDriver(t, "ns-a")
+	ds.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, v1alpha1.GroupVersion.WithKind("NVIDIADriver"))}
+	if err := k8s.Create(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, ds) })
+	pools := func(args ...string) int {
+		code, out, errOut := plugin(t, "", append([]string{"status", "ns-a", "-o", "json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("status %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		var r cli.StatusReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Drivers) != 1 {
+			t.Fatalf("status %v: %v\n%s", args, err, out)
+		}
+		return len(r.Drivers[0].Pools)
+	}
+	if n := pools(); n != 1 {
+		t.Errorf("status without -n shows %d pools, want the DaemonSet in default", n)
+	}
+	if n := pools("-n", "default"); n != 1 {
+		t.Errorf("status -n default shows %d pools, want 1", n)
+	}
+	if n := pools("-n", "kube-system"); n != 0 {
+		t.Errorf("status -n kube-system shows %d pools, want 0 (the DaemonSet is in default)", n)
+	}
+}
+
+// Node completion offers GPU nodes only.
+func TestNodeCompletionOffersGPUNodes(t *testing.T) {
+	createNodes(t, []*corev1.Node{gpuNode("cpl-gpu", "ubuntu", "22.04", "5.15.0-84-generic", nil),
+		{ObjectMeta: metav1.ObjectMeta{Name: "cpl-cpu"}}})
+	code, out, errOut := plugin(t, "", "__complete", "assign", "x", "--nodes", "cpl-")
+	if code != 0 || !strings.Contains(out, "cpl-gpu") || strings.Contains(out, "cpl-cpu") {
+		t.Errorf("completion: exit %d\n%s%s", code, out, errOut)
 	}
 }
