@@ -43,10 +43,11 @@ verify: ## fail when generated files are stale (regenerates and compares with th
 	  echo "error: generated files were out of date: 'make manifests' has now rewritten them; review and commit the result" >&2; exit 1; fi
 	@echo "generated files are up to date"
 
-lint: ## go vet and gofmt
+lint: ## go vet, gofmt, and no committed binary or file over 1 MiB
 	$(GO) vet ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "error: gofmt needed on:" >&2; echo "$$out" >&2; exit 1; fi
-	@echo "vet and gofmt clean"
+	@hack/check-files.sh
+	@echo "vet and gofmt clean; no binary or oversized file committed"
 
 test-unit: ## unit tests (no API server)
 	$(GO) test ./pkg/... ./cmd/... ./test/compat/...

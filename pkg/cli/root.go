@@ -21,7 +21,7 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/version"
 )
 
-// Exit codes (SPEC §6).
+// Exit codes (docs/design.md, "Exit codes").
 const (
 	ExitOK       = 0
 	ExitError    = 1

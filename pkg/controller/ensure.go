@@ -27,7 +27,7 @@ exit 1
 `
 
 // driverPodObjects are what the driver pods need and the controller keeps in
-// place itself, so it works without the chart (SPEC §6): the ServiceAccount,
+// place itself, so it works without the chart (docs/design.md, "Driver pod objects"): the ServiceAccount,
 // exactly the RBAC k8s-driver-manager uses, and the startup probe script.
 func driverPodObjects(namespace string) []client.Object {
 	labels := map[string]string{"app.kubernetes.io/managed-by": FieldManager, render.LabelState: render.StateDriver}

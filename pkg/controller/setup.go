@@ -58,7 +58,7 @@ const (
 const runByIndex = "nvdriver.runBy"
 
 // CacheOptions keeps the cache small at thousands of nodes: nodes keep only
-// what the plan and the upgrade logic read (SPEC §6 "Node cache"), and only our
+// what the plan and the upgrade logic read (docs/design.md, "Node cache"), and only our
 // DaemonSets in the driver namespace are cached.
 func CacheOptions(namespace string) cache.Options {
 	req, _ := labels.NewRequirement(render.LabelState, selection.Equals, []string{render.StateDriver})

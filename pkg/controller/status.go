@@ -13,7 +13,7 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
-// Condition types and reasons (NVIDIA's, plus ours where SPEC §6 adds them).
+// Condition types and reasons (NVIDIA's, plus ours where docs/design.md, "Readiness", adds them).
 const (
 	CondReady = "Ready"
 	CondError = "Error"
@@ -39,7 +39,7 @@ type statusInput struct {
 	Failure    error // an error reconciling (API failure)
 }
 
-// computeStatus is the CR's status as SPEC §6 "Readiness" defines it. It is
+// computeStatus is the CR's status as docs/design.md, "Readiness", defines it. It is
 // pure, so it is unit-tested and the same inputs always give the same status.
 func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 	old := in.Driver.Status

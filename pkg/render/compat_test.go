@@ -19,7 +19,7 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
-// Differences from NVIDIA's rendered DaemonSets that we intend (SPEC §6):
+// Differences from NVIDIA's rendered DaemonSets that we intend (docs/design.md, "Where we differ from NVIDIA's rendered DaemonSets"):
 //   - serviceAccountName: one controller-managed "nvidia-driver" account for
 //     every pool instead of an account per pool (not compared).
 //   - anti-affinity values: we list nvidia-vgpu-host-manager, the component

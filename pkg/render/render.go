@@ -33,7 +33,7 @@ const (
 	ComponentDriver      = "nvidia-driver"
 	ComponentVGPUManager = "nvidia-vgpu-host-manager"
 
-	// ServiceAccount the controller ensures for every driver pod (SPEC §6).
+	// ServiceAccount the controller ensures for every driver pod (docs/design.md, "Driver pod objects").
 	ServiceAccount = "nvidia-driver"
 	// StartupProbeConfigMap holds the driver container's startup probe script.
 	StartupProbeConfigMap = "nvidia-driver-startup-probe"

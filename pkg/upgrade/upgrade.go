@@ -109,7 +109,7 @@ func (n Node) MoveTo() string { return n.Annotations[AnnotationMoveTo] }
 
 // RunBy names the NVIDIADriver whose upgrade machine carries a node with this
 // owner label and move-to annotation: a node moving to another CR counts
-// against the destination's budget (SPEC §6), so the destination runs it from
+// against the destination's budget (docs/design.md, "Upgrade budget"), so the destination runs it from
 // the start of the move; a node being released stays with its owner.
 func RunBy(owner, moveTo string) string {
 	if moveTo != "" && moveTo != MoveRelease {
@@ -159,7 +159,7 @@ func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
 }
 
 // MaxUnavailableNodes resolves maxUnavailable against the CR's node count: a
-// percentage rounds up, and the result is at least 1 (SPEC §6).
+// percentage rounds up, and the result is at least 1 (docs/design.md, "Upgrade budget").
 func MaxUnavailableNodes(v intstr.IntOrString, total int) int {
 	n := v.IntValue()
 	if v.Type == intstr.String {

@@ -40,7 +40,7 @@ var (
 	stopController = func() {}
 )
 
-// countingTransport counts the controller's mutating requests (SPEC §6 "Writes").
+// countingTransport counts the controller's mutating requests (docs/design.md, "Writes").
 type countingTransport struct{ next http.RoundTripper }
 
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {

@@ -40,7 +40,7 @@ const (
 	Disabled State = "disabled"
 )
 
-// The CEL rules below are the admission checks of SPEC §1. Each message says
+// The CEL rules below are the admission checks (docs/design.md, "Admission"). Each message says
 // what to change, because the user reads it straight from kubectl apply.
 //
 // NVIDIADriverSpec is the desired driver for a set of GPU nodes.
