@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -609,9 +609,9 @@ func (o *AssignOptions) printDriver(d *v1alpha1.NVIDIADriver) error {
 	d.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver"}
 	d.ManagedFields = nil
 	if o.Output == "yaml" {
-		return print.YAML(o.Streams.Out, d)
+		return output.YAML(o.Streams.Out, d)
 	}
-	return print.JSON(o.Streams.Out, d)
+	return output.JSON(o.Streams.Out, d)
 }
 
 // completeNodes completes the names of GPU nodes (the only ones a driver

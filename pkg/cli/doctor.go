@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/doctor"
 )
 
@@ -93,10 +93,10 @@ func (o *DoctorOptions) Run(ctx context.Context) error {
 	}
 	report := doctor.Run(snap)
 	if o.Output == "json" {
-		if err := print.JSON(o.Streams.Out, report); err != nil {
+		if err := output.JSON(o.Streams.Out, report); err != nil {
 			return err
 		}
-	} else if err := printFindings(o.Streams.Out, report, print.NewStyles(o.Streams.Out, *o.NoColor)); err != nil {
+	} else if err := printFindings(o.Streams.Out, report, output.NewStyles(o.Streams.Out, *o.NoColor)); err != nil {
 		return err
 	}
 	if report.Summary[doctor.Error] > 0 {
@@ -230,7 +230,7 @@ func errorLines(r io.Reader) []string {
 	return out
 }
 
-func printFindings(w io.Writer, r doctor.Report, st *print.Styles) error {
+func printFindings(w io.Writer, r doctor.Report, st *output.Styles) error {
 	if len(r.Findings) == 0 {
 		_, err := fmt.Fprintln(w, st.OK("No problem found."))
 		return err

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/doctor"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
@@ -126,7 +126,7 @@ func fixture() *inputs {
 func TestPreviewGolden(t *testing.T) {
 	in := fixture()
 	p := plan.Compute(in.nodes, in.drivers)
-	st := print.NewStyles(&bytes.Buffer{}, true)
+	st := output.NewStyles(&bytes.Buffer{}, true)
 	for _, tc := range []struct {
 		file string
 		wide bool
@@ -138,11 +138,11 @@ func TestPreviewGolden(t *testing.T) {
 		golden(t, tc.file, buf.Bytes())
 	}
 	var js, ym bytes.Buffer
-	if err := print.JSON(&js, p); err != nil {
+	if err := output.JSON(&js, p); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "preview.json", js.Bytes())
-	if err := print.YAML(&ym, p); err != nil {
+	if err := output.YAML(&ym, p); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "preview.yaml", ym.Bytes())
@@ -154,7 +154,7 @@ func TestStatusGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := print.NewStyles(&bytes.Buffer{}, true)
+	st := output.NewStyles(&bytes.Buffer{}, true)
 	var tbl, wide, js bytes.Buffer
 	if err := PrintStatusTable(&tbl, r, false, st); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestStatusGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "status-wide.txt", wide.Bytes())
-	if err := print.JSON(&js, r); err != nil {
+	if err := output.JSON(&js, r); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "status.json", js.Bytes())
@@ -204,11 +204,11 @@ func TestDoctorGolden(t *testing.T) {
 	}
 	r := doctor.Run(snap)
 	var tbl, js bytes.Buffer
-	if err := printFindings(&tbl, r, print.NewStyles(&bytes.Buffer{}, true)); err != nil {
+	if err := printFindings(&tbl, r, output.NewStyles(&bytes.Buffer{}, true)); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "doctor.txt", tbl.Bytes())
-	if err := print.JSON(&js, r); err != nil {
+	if err := output.JSON(&js, r); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "doctor.json", js.Bytes())
@@ -255,7 +255,7 @@ func TestPreviewShowsPendingMoves(t *testing.T) {
 		fixtureDriver("silver", "535.104.12", map[string]string{"driver.config": "silver"}),
 	}
 	var buf bytes.Buffer
-	if err := PrintPlanTable(&buf, plan.Compute(nodes, drivers), nil, false, print.NewStyles(&buf, true)); err != nil {
+	if err := PrintPlanTable(&buf, plan.Compute(nodes, drivers), nil, false, output.NewStyles(&buf, true)); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()

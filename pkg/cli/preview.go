@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -235,16 +235,16 @@ func (o *PreviewOptions) print(p plan.Plan, dss []appsv1.DaemonSet) error {
 	w := o.Streams.Out
 	switch o.Output {
 	case "json":
-		return print.JSON(w, p)
+		return output.JSON(w, p)
 	case "yaml":
-		return print.YAML(w, p)
+		return output.YAML(w, p)
 	}
-	return PrintPlanTable(w, p, dss, o.Output == "wide", print.NewStyles(w, *o.NoColor))
+	return PrintPlanTable(w, p, dss, o.Output == "wide", output.NewStyles(w, *o.NoColor))
 }
 
 // PrintPlanTable renders a plan for people: one row per pool, then skipped
 // nodes, conflicts and uncovered GPU nodes.
-func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss []appsv1.DaemonSet, wide bool, st *print.Styles) error {
+func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss []appsv1.DaemonSet, wide bool, st *output.Styles) error {
 	existing := map[string]string{} // DaemonSet name -> current image
 	for _, ds := range dss {
 		if cs := ds.Spec.Template.Spec.Containers; len(cs) > 0 {
@@ -307,7 +307,7 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 			rows = append(rows, row)
 		}
 	}
-	if err := print.Table(w, headers, rows); err != nil {
+	if err := output.Table(w, headers, rows); err != nil {
 		return err
 	}
 
@@ -333,7 +333,7 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 		}
 		sort.SliceStable(rows, func(i, j int) bool { return rows[i][0] < rows[j][0] })
 		fmt.Fprintf(w, "\n%s\n", title)
-		return print.Table(w, headers, rows)
+		return output.Table(w, headers, rows)
 	}
 	if err := section(st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), []string{"node", "selected by"}, conflicts); err != nil {
 		return err

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/doctor"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
@@ -162,7 +162,7 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 	if !informers.WaitForCacheSync(ctx) {
 		return ctx.Err()
 	}
-	tty := print.IsTerminal(o.Streams.Out)
+	tty := output.IsTerminal(o.Streams.Out)
 	last := ""
 	// Bursts (a rollout changes many objects at once) are coalesced into one
 	// frame per interval.
@@ -211,12 +211,12 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 func (o *StatusOptions) print(w io.Writer, r *StatusReport) error {
 	switch o.Output {
 	case "json":
-		return print.JSON(w, r)
+		return output.JSON(w, r)
 	case "yaml":
-		return print.YAML(w, r)
+		return output.YAML(w, r)
 	}
 	// Colour follows the real output stream, not the frame buffer.
-	return PrintStatusTable(w, r, o.Output == "wide", print.NewStyles(o.Streams.Out, *o.NoColor))
+	return PrintStatusTable(w, r, o.Output == "wide", output.NewStyles(o.Streams.Out, *o.NoColor))
 }
 
 // readStatus builds the report from one LIST each of drivers, driver
@@ -279,7 +279,7 @@ func buildStatus(in *inputs, name string) (*StatusReport, error) {
 }
 
 // PrintStatusTable renders the report for people.
-func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *print.Styles) error {
+func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *output.Styles) error {
 	if len(r.Drivers) == 0 {
 		_, err := fmt.Fprintln(w, "No NVIDIADriver found. Create one with `kubectl nvdriver assign NAME --nodes ... --version ...`.")
 		return err
@@ -325,7 +325,7 @@ func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *print.Styles)
 			messages = append(messages, fmt.Sprintf("%s: %s=%s (%s): %s", d.Name, c.Type, c.Status, c.Reason, c.Message))
 		}
 	}
-	if err := print.Table(w, headers, rows); err != nil {
+	if err := output.Table(w, headers, rows); err != nil {
 		return err
 	}
 	if len(messages) > 0 {

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/print"
+	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
@@ -267,8 +267,8 @@ func (o *UpgradeOptions) wait(ctx context.Context, c client.Client, t waitTarget
 	interrupted := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	tty := print.IsTerminal(o.Streams.Out)
-	st := print.NewStyles(o.Streams.Out, *o.NoColor)
+	tty := output.IsTerminal(o.Streams.Out)
+	st := output.NewStyles(o.Streams.Out, *o.NoColor)
 	start := time.Now()
 	last := ""
 	lost := false
@@ -339,7 +339,7 @@ func (o *UpgradeOptions) finish(p progress, took time.Duration) error {
 	return nil
 }
 
-func progressLine(p progress, tty bool, st *print.Styles) string {
+func progressLine(p progress, tty bool, st *output.Styles) string {
 	line := p.line
 	if len(p.failed) > 0 {
 		line += "; " + st.Bad(fmt.Sprintf("%d failed", len(p.failed)))

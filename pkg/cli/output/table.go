@@ -1,7 +1,7 @@
-// Package print renders the plugin's output: tables in kubectl's look
+// Package output renders the plugin's output: tables in kubectl's look
 // (no borders, upper-case headers, left aligned), colour bound to the output
 // stream, and stable JSON/YAML.
-package print
+package output
 
 import (
 	"bytes"
