@@ -409,7 +409,11 @@ func (w *statusWatch) Write(p []byte) (int, error) {
 
 func (w *statusWatch) len() int { w.mu.Lock(); defer w.mu.Unlock(); return w.out.Len() }
 
-func (w *statusWatch) since(i int) string { w.mu.Lock(); defer w.mu.Unlock(); return w.out.String()[i:] }
+func (w *statusWatch) since(i int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.String()[i:]
+}
 
 func startStatusWatch(t *testing.T, name string) *statusWatch {
 	t.Helper()
