@@ -41,7 +41,8 @@ for c in "${components[@]}"; do
     helm) mod=helm; pkg=helm.sh/helm/v3/cmd/helm; lf="-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0" ;;
     kubectl-krew) mod=krew; pkg=sigs.k8s.io/krew/cmd/krew; lf="-s -w" ;;
     validate-krew-manifest) mod=krew; pkg=sigs.k8s.io/krew/cmd/validate-krew-manifest; lf="-s -w" ;;
-    *) echo "error: unknown component $c (known: etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm kubectl-krew validate-krew-manifest)" >&2; exit 1 ;;
+    gpu-operator) mod=nvidia; pkg=github.com/NVIDIA/gpu-operator/cmd/gpu-operator; lf="-s -w" ;;
+    *) echo "error: unknown component $c (known: etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm kubectl-krew validate-krew-manifest gpu-operator)" >&2; exit 1 ;;
   esac
   echo ">> building $c (first build takes several minutes on 2 cores; later runs use the cache)" >&2
   start=$(date +%s)
