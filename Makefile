@@ -19,7 +19,7 @@ PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
 BENCH_NODES ?= 1000
 BENCH_FLAGS ?=
 
-.PHONY: test-faults fuzz bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
+.PHONY: test-nvidia test-faults fuzz bench bench-5k bench-micro all build test test-unit test-integration test-e2e lint verify manifests generate demo help clean cluster-up cluster-down krew test-packaging
 
 all: build
 
@@ -72,6 +72,9 @@ test: ## everything CI runs: lint, unit, integration, packaging and end-to-end t
 	$(MAKE) --no-print-directory test-packaging; \
 	$(MAKE) --no-print-directory test-e2e; \
 	echo ">> make test passed in $$(( $$(date +%s) - start ))s"
+
+test-nvidia: ## opt-in: every verb against NVIDIA's GPU Operator built from its Go module, on its own local cluster
+	NVDRIVER_NVIDIA_COMPAT=1 $(GO) test -count=1 -v -timeout 40m ./test/nvidia/...
 
 FUZZTIME ?= 60s
 fuzz: ## run every fuzz target for FUZZTIME (60s) each; not in CI (the committed corpora run in every go test)
