@@ -265,3 +265,38 @@ func TestPreviewShowsPendingMoves(t *testing.T) {
 }
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// A new GDS image rolls the pool's pods as a new driver image does; preview
+// must say so instead of "unchanged" (it compared the driver image alone).
+func TestPreviewCountsSidecarImages(t *testing.T) {
+	nodes := []plan.Node{fixtureNode("n1", "ubuntu22.04", "k", "driver.config", "gold", plan.LabelOwner, "gold")}
+	d := fixtureDriver("gold", "550.90.07", map[string]string{"driver.config": "gold"})
+	d.Spec.KernelModuleType = "open"
+	d.Spec.GPUDirectStorage = &v1alpha1.GPUDirectStorageSpec{Enabled: ptr.To(true), Version: "2.20.5"}
+	p := plan.Compute(nodes, []v1alpha1.NVIDIADriver{d})
+	pool := p.DriverByName("gold").Pools[0]
+	if got := pool.Sidecars[plan.SidecarGDS]; got != "nvcr.io/nvidia/cloud-native/nvidia-fs:2.20.5-ubuntu22.04" {
+		t.Fatalf("GDS image = %q", got)
+	}
+	live := func(gds string) []appsv1.DaemonSet {
+		ds := render.DaemonSet(&d, pool, render.Options{Namespace: "gpu-operator"})
+		for i := range ds.Spec.Template.Spec.Containers {
+			if c := &ds.Spec.Template.Spec.Containers[i]; c.Name == render.ContainerFS {
+				c.Image = gds
+			}
+		}
+		return []appsv1.DaemonSet{*ds}
+	}
+	for gds, want := range map[string]string{
+		pool.Sidecars[plan.SidecarGDS]:                             "unchanged",
+		"nvcr.io/nvidia/cloud-native/nvidia-fs:2.17.5-ubuntu22.04": "update (rolls nodes)",
+	} {
+		var buf bytes.Buffer
+		if err := PrintPlanTable(&buf, p, live(gds), false, output.NewStyles(&buf, true)); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("live GDS image %s: want %q in\n%s", gds, want, buf.String())
+		}
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -245,11 +246,16 @@ func (o *PreviewOptions) print(p plan.Plan, dss []appsv1.DaemonSet) error {
 // PrintPlanTable renders a plan for people: one row per pool, then skipped
 // nodes, conflicts and uncovered GPU nodes.
 func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss []appsv1.DaemonSet, wide bool, st *output.Styles) error {
-	existing := map[string]string{} // DaemonSet name -> current image
+	// DaemonSet name -> the images its containers run (driver and sidecars),
+	// so a changed GDS or GDRCopy image shows as the roll it is.
+	existing := map[string]string{}
 	for _, ds := range dss {
-		if cs := ds.Spec.Template.Spec.Containers; len(cs) > 0 {
-			existing[ds.Name] = cs[0].Image
+		var imgs []string
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			imgs = append(imgs, c.Image)
 		}
+		slices.Sort(imgs)
+		existing[ds.Name] = strings.Join(slices.Compact(imgs), " ")
 	}
 	headers := []string{"driver", "type", "nodes", "pool", "daemonset", "image", "change"}
 	if wide {
@@ -282,7 +288,7 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 			switch cur, ok := existing[pool.DaemonSet]; {
 			case !ok:
 				change = st.OK("create")
-			case cur != pool.Image:
+			case cur != strings.Join(pool.Images(), " "):
 				change = st.Warn("update (rolls nodes)")
 			}
 			if len(pool.Leaving) > 0 {

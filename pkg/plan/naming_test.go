@@ -70,15 +70,78 @@ func TestImage(t *testing.T) {
 	}
 }
 
+// Every image field against each way a user writes it: unset, name only,
+// full path, repository only, digest. The wanted values are the images
+// NVIDIA publishes (nvidia-fs and gdrdrv under nvcr.io/nvidia/cloud-native,
+// tagged <version>-<os>; k8s-driver-manager tagged <version>).
 func TestSidecarAndManagerImages(t *testing.T) {
-	if got := SidecarImage("nvcr.io/nvidia/cloud-native", "gdrdrv", "v2.4.1", "ubuntu22.04"); got != "nvcr.io/nvidia/cloud-native/gdrdrv:v2.4.1-ubuntu22.04" {
-		t.Errorf("SidecarImage = %q", got)
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const os = "ubuntu22.04"
+	on := ptr.To(true)
+	type fields struct{ repository, image, version string }
+	forms := []struct {
+		name    string
+		in      fields
+		gds     string // "" = an error
+		gdrcopy string
+		manager string
+	}{
+		{"unset", fields{}, "", "", "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.8.1"},
+		{"version only", fields{version: "2.20.5"},
+			"nvcr.io/nvidia/cloud-native/nvidia-fs:2.20.5-ubuntu22.04", "nvcr.io/nvidia/cloud-native/gdrdrv:2.20.5-ubuntu22.04",
+			"nvcr.io/nvidia/cloud-native/k8s-driver-manager:2.20.5"},
+		{"name only", fields{image: "custom"}, "", "",
+			"nvcr.io/nvidia/cloud-native/custom:v0.8.1"},
+		{"name and version", fields{image: "custom", version: "1.2"},
+			"nvcr.io/nvidia/cloud-native/custom:1.2-ubuntu22.04", "nvcr.io/nvidia/cloud-native/custom:1.2-ubuntu22.04",
+			"nvcr.io/nvidia/cloud-native/custom:1.2"},
+		{"full path", fields{image: "mirror.local:5000/gpu/thing", version: "1.2"},
+			"mirror.local:5000/gpu/thing:1.2-ubuntu22.04", "mirror.local:5000/gpu/thing:1.2-ubuntu22.04",
+			"mirror.local:5000/gpu/thing:1.2"},
+		{"repository only", fields{repository: "mirror.local/nv"}, "", "",
+			"mirror.local/nv/k8s-driver-manager:v0.8.1"},
+		{"repository and version", fields{repository: "mirror.local/nv", version: "1.2"},
+			"mirror.local/nv/nvidia-fs:1.2-ubuntu22.04", "mirror.local/nv/gdrdrv:1.2-ubuntu22.04",
+			"mirror.local/nv/k8s-driver-manager:1.2"},
+		{"all three", fields{"r.io/x", "y", "v3"},
+			"r.io/x/y:v3-ubuntu22.04", "r.io/x/y:v3-ubuntu22.04", "r.io/x/y:v3"},
+		{"digest", fields{version: digest},
+			"nvcr.io/nvidia/cloud-native/nvidia-fs@" + digest, "nvcr.io/nvidia/cloud-native/gdrdrv@" + digest,
+			"nvcr.io/nvidia/cloud-native/k8s-driver-manager@" + digest},
 	}
-	if got := ManagerImage(v1alpha1.DriverManagerSpec{}, "def:1"); got != "def:1" {
-		t.Errorf("ManagerImage default = %q", got)
+	const defManager = "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.8.1"
+	for _, f := range forms {
+		t.Run(f.name, func(t *testing.T) {
+			spec := v1alpha1.NVIDIADriverSpec{
+				GPUDirectStorage: &v1alpha1.GPUDirectStorageSpec{Enabled: on, Repository: f.in.repository, Image: f.in.image, Version: f.in.version},
+				GDRCopy:          &v1alpha1.GDRCopySpec{Enabled: on, Repository: f.in.repository, Image: f.in.image, Version: f.in.version},
+				Manager:          v1alpha1.DriverManagerSpec{Repository: f.in.repository, Image: f.in.image, Version: f.in.version},
+			}
+			got, err := SidecarImages(&spec, os)
+			if f.gds == "" {
+				if err == nil || !strings.Contains(err.Error(), "spec.gds.version is empty") {
+					t.Errorf("SidecarImages = %v, %v; want an error naming spec.gds.version", got, err)
+				}
+			} else if err != nil || got[SidecarGDS] != f.gds || got[SidecarGDRCopy] != f.gdrcopy {
+				t.Errorf("SidecarImages = %v, %v; want gds %q, gdrcopy %q", got, err, f.gds, f.gdrcopy)
+			}
+			if m := ManagerImage(spec.Manager, defManager); m != f.manager {
+				t.Errorf("ManagerImage = %q, want %q", m, f.manager)
+			}
+		})
 	}
-	if got := ManagerImage(v1alpha1.DriverManagerSpec{Repository: "r.io/x", Image: "k8s-driver-manager", Version: "v0.8.0"}, "def:1"); got != "r.io/x/k8s-driver-manager:v0.8.0" {
-		t.Errorf("ManagerImage = %q", got)
+
+	// Disabled sidecars resolve to nothing, whatever they hold.
+	if got, err := SidecarImages(&v1alpha1.NVIDIADriverSpec{GPUDirectStorage: &v1alpha1.GPUDirectStorageSpec{Version: "1"}}, os); err != nil || got != nil {
+		t.Errorf("disabled sidecars = %v, %v", got, err)
+	}
+	// The controller's default manager image is used whole, a digest or a
+	// registry port included, and its parts fill what a spec leaves out.
+	if got := ManagerImage(v1alpha1.DriverManagerSpec{}, "localhost:5000/dm@"+digest); got != "localhost:5000/dm@"+digest {
+		t.Errorf("default manager = %q", got)
+	}
+	if got := ManagerImage(v1alpha1.DriverManagerSpec{Version: "v9"}, "localhost:5000/m/dm"); got != "localhost:5000/m/dm:v9" {
+		t.Errorf("manager version over an untagged default = %q", got)
 	}
 }
 

@@ -73,11 +73,14 @@ type Driver struct {
 // Pool is one DaemonSet: the nodes of a driver sharing an OS release (and a
 // kernel when precompiled).
 type Pool struct {
-	OSTag     string   `json:"osTag"`
-	Kernel    string   `json:"kernel,omitempty"`
-	DaemonSet string   `json:"daemonSet"`
-	Image     string   `json:"image"`
-	Nodes     []string `json:"nodes"`
+	OSTag     string `json:"osTag"`
+	Kernel    string `json:"kernel,omitempty"`
+	DaemonSet string `json:"daemonSet"`
+	Image     string `json:"image"`
+	// Sidecars are the enabled GDS and GDRCopy images (keys SidecarGDS,
+	// SidecarGDRCopy), resolved here so preview shows what the pods pull.
+	Sidecars map[string]string `json:"sidecars,omitempty"`
+	Nodes    []string          `json:"nodes"`
 	// Leaving are the pool's nodes that the plan gives to another driver (or
 	// to none): the DaemonSet keeps serving them until the controller has
 	// drained and moved them; Driver.Leaving lists them too.
@@ -91,6 +94,17 @@ type Pool struct {
 	// a selector edit would also change the template and restart every pod
 	// (NVIDIA's gpu-operator#1661).
 	NodeSelector map[string]string `json:"-"`
+}
+
+// Images are the distinct images the pool's containers run: the driver's
+// (which the peermem sidecar shares) and the enabled sidecars', sorted.
+func (p Pool) Images() []string {
+	imgs := []string{p.Image}
+	for _, img := range p.Sidecars {
+		imgs = append(imgs, img)
+	}
+	slices.Sort(imgs)
+	return slices.Compact(imgs)
 }
 
 // Skipped is a node a driver selects but cannot serve, with why.
@@ -295,8 +309,12 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 			if err != nil && pd.Error == nil {
 				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve the driver image: %v", err)}
 			}
+			sidecars, err := SidecarImages(&d.Spec, osTag)
+			if err != nil && pd.Error == nil {
+				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve a sidecar image: %v", err)}
+			}
 			pool = &Pool{
-				OSTag: osTag, Kernel: kernel, Image: img, Nodes: []string{}, NodeSelector: sel,
+				OSTag: osTag, Kernel: kernel, Image: img, Sidecars: sidecars, Nodes: []string{}, NodeSelector: sel,
 				DaemonSet: DaemonSetName(d.Spec.Type(), osTag, string(d.UID), kernel),
 			}
 			pools[owner][key] = pool
@@ -342,10 +360,10 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 
 	if opts.Rules == RulesGPUOperator {
 		for _, d := range live {
-			if pd := out[d.Name]; pd.Error == nil && (d.Spec.Repository == "" || d.Spec.Image == "") {
-				// NVIDIA's image rule: with a version set, repository, image and
-				// version must all be set; its operator refuses the CR otherwise.
-				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: "NVIDIA's GPU Operator refuses this NVIDIADriver: invalid image specification: repository, image and version must all be set (set spec.repository, e.g. nvcr.io/nvidia, and spec.image, e.g. driver)"}
+			if pd := out[d.Name]; pd.Error == nil {
+				if msg := nvidiaImageRule(&d.Spec); msg != "" {
+					pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: "NVIDIA's GPU Operator refuses this NVIDIADriver: " + msg}
+				}
 			}
 		}
 	}
@@ -360,6 +378,27 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 		}
 	}
 	return p
+}
+
+// nvidiaImageRule is NVIDIA's image rule, which has no defaults: with a
+// version set, repository, image and version must all be set, for the
+// driver, the enabled sidecars and a manager that sets a version; its
+// operator refuses the CR (or renders an image the API server rejects)
+// otherwise. It returns what to fix, or "".
+func nvidiaImageRule(s *v1alpha1.NVIDIADriverSpec) string {
+	if s.Repository == "" || s.Image == "" {
+		return "invalid image specification: repository, image and version must all be set (set spec.repository, e.g. nvcr.io/nvidia, and spec.image, e.g. driver)"
+	}
+	if g := s.GPUDirectStorage; g != nil && v1alpha1.Enabled(g.Enabled) && (g.Repository == "" || g.Image == "") {
+		return "spec.gds needs repository and image (e.g. " + DefaultComponentRepository + " and " + DefaultGDSImage + ")"
+	}
+	if g := s.GDRCopy; g != nil && v1alpha1.Enabled(g.Enabled) && (g.Repository == "" || g.Image == "") {
+		return "spec.gdrcopy needs repository and image (e.g. " + DefaultComponentRepository + " and " + DefaultGDRCopyImage + ")"
+	}
+	if m := s.Manager; m.Version != "" && (m.Repository == "" || m.Image == "") {
+		return "spec.manager sets a version and so needs repository and image too (e.g. " + DefaultComponentRepository + " and " + DefaultManagerImageName + ")"
+	}
+	return ""
 }
 
 // pickDefault chooses the working default: the oldest default driver

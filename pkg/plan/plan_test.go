@@ -258,6 +258,44 @@ func TestCompute(t *testing.T) {
 			},
 		},
 		{
+			name:  "gpu-operator rules: GDS with only a version is refused, as NVIDIA has no default for its image",
+			nodes: []Node{gpu("x", "ubuntu22.04", "", "a", "1")},
+			drivers: []v1alpha1.NVIDIADriver{drv("a", sel("a", "1"), func(d *v1alpha1.NVIDIADriver) {
+				d.Spec.GPUDirectStorage = &v1alpha1.GPUDirectStorageSpec{Enabled: ptr.To(true), Version: "2.20.5"}
+			})},
+			opts: Options{Rules: RulesGPUOperator},
+			want: summary{
+				owner: map[string]string{"x": "a"},
+				pools: map[string][]string{"a": {"ubuntu22.04=x"}},
+				errs:  map[string]string{"a": ReasonInvalidSpec},
+			},
+		},
+		{
+			name:  "gpu-operator rules: a manager with only a version is refused",
+			nodes: []Node{gpu("x", "ubuntu22.04", "", "a", "1")},
+			drivers: []v1alpha1.NVIDIADriver{drv("a", sel("a", "1"), func(d *v1alpha1.NVIDIADriver) {
+				d.Spec.Manager = v1alpha1.DriverManagerSpec{Version: "v0.8.2"}
+			})},
+			opts: Options{Rules: RulesGPUOperator},
+			want: summary{
+				owner: map[string]string{"x": "a"},
+				pools: map[string][]string{"a": {"ubuntu22.04=x"}},
+				errs:  map[string]string{"a": ReasonInvalidSpec},
+			},
+		},
+		{
+			name:  "nvdriver rules: an enabled GDS without a version is an invalid spec, not a wrong image",
+			nodes: []Node{gpu("x", "ubuntu22.04", "", "a", "1")},
+			drivers: []v1alpha1.NVIDIADriver{drv("a", sel("a", "1"), func(d *v1alpha1.NVIDIADriver) {
+				d.Spec.GPUDirectStorage = &v1alpha1.GPUDirectStorageSpec{Enabled: ptr.To(true)}
+			})},
+			want: summary{
+				owner: map[string]string{"x": "a"},
+				pools: map[string][]string{"a": {"ubuntu22.04=x"}},
+				errs:  map[string]string{"a": ReasonInvalidSpec},
+			},
+		},
+		{
 			name:    "two defaults: the oldest works, the other gets ConflictingDefault",
 			nodes:   []Node{gpu("x", "ubuntu22.04", "")},
 			drivers: []v1alpha1.NVIDIADriver{drv("newer", isDefault, created(t0.Add(time.Hour))), drv("older", isDefault, created(t0))},

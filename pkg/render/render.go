@@ -155,12 +155,12 @@ func DaemonSet(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) *appsv1.D
 	}
 	if spec.GPUDirectStorage != nil && v1alpha1.Enabled(spec.GPUDirectStorage.Enabled) {
 		g := spec.GPUDirectStorage
-		pod.Containers = append(pod.Containers, sidecar(ContainerFS, plan.SidecarImage(g.Repository, g.Image, g.Version, pool.OSTag),
+		pod.Containers = append(pod.Containers, sidecar(ContainerFS, pool.Sidecars[plan.SidecarGDS],
 			g.ImagePullPolicy, "nvidia-gds-driver", "lsmod | grep nvidia_fs", g.Env, g.Args, resources))
 	}
 	if spec.GDRCopy != nil && v1alpha1.Enabled(spec.GDRCopy.Enabled) {
 		g := spec.GDRCopy
-		pod.Containers = append(pod.Containers, sidecar(ContainerGDRCopy, plan.SidecarImage(g.Repository, g.Image, g.Version, pool.OSTag),
+		pod.Containers = append(pod.Containers, sidecar(ContainerGDRCopy, pool.Sidecars[plan.SidecarGDRCopy],
 			g.ImagePullPolicy, "nvidia-gdrcopy-driver", "lsmod | grep gdrdrv", g.Env, g.Args, resources))
 	}
 	pod.Volumes = volumes(d, pool, opts)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -145,6 +146,13 @@ func TestInvalidCRsAreRejected(t *testing.T) {
 		{"toleration with a bad effect", `{version: "535.104.12", tolerations: [{key: k, effect: Sometimes}]}`, "spec.tolerations[].effect must be NoSchedule"},
 		{"Exists toleration with a value", `{version: "535.104.12", tolerations: [{key: k, operator: Exists, value: v}]}`, "a toleration with operator Exists must not set a value"},
 		{"env without a name", `{version: "535.104.12", env: [{value: x}]}`, "Required value"},
+		{"GDS enabled without a version", `{version: "535.104.12", gds: {enabled: true}}`, "spec.gds.version is required when spec.gds.enabled is true"},
+		{"GDRCopy enabled without a version", `{version: "535.104.12", gdrcopy: {enabled: true, image: gdrdrv}}`, "spec.gdrcopy.version is required when spec.gdrcopy.enabled is true"},
+		{"GDS version with a space", `{version: "535.104.12", gds: {enabled: true, version: "2 20"}}`, "spec.gds.version must be a valid image tag"},
+		{"GDS image with a tag", `{version: "535.104.12", gds: {enabled: true, version: "2.20.5", image: "nvidia-fs:2.20.5"}}`, "spec.gds.image must be an image name without tag or digest"},
+		{"GDRCopy image with upper case", `{version: "535.104.12", gdrcopy: {enabled: true, version: "v2.4.1", image: "GDRDRV"}}`, "spec.gdrcopy.image must be an image name"},
+		{"manager version with a slash", `{version: "535.104.12", manager: {version: "v0/8"}}`, "spec.manager.version must be a valid image tag"},
+		{"manager image with a tag", `{version: "535.104.12", manager: {image: "k8s-driver-manager:v0.8.1"}}`, "spec.manager.image must be an image name without tag or digest"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,3 +232,27 @@ func TestImmutableFields(t *testing.T) {
 }
 
 func yamlUnmarshal(data []byte, into any) error { return yaml.Unmarshal(data, into) }
+
+// The other side of the sidecar rules: what NVIDIA's documentation writes
+// (a disabled GDS with nothing else) and the short forms our defaults fill
+// are admitted.
+func TestSidecarSpecsAccepted(t *testing.T) {
+	ctx := context.Background()
+	for i, spec := range []string{
+		`{version: "535.104.12", gds: {enabled: false}}`,
+		`{version: "535.104.12", gds: {enabled: true, version: "2.20.5"}, kernelModuleType: open}`,
+		`{version: "535.104.12", gdrcopy: {enabled: true, repository: nvcr.io/nvidia/cloud-native, image: gdrdrv, version: v2.4.1}}`,
+		`{version: "535.104.12", manager: {version: v0.8.1}}`,
+		`{version: "535.104.12", manager: {image: mirror.local:5000/nv/k8s-driver-manager}}`,
+	} {
+		var s map[string]any
+		if err := yaml.Unmarshal([]byte(spec), &s); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver",
+			"metadata": map[string]any{"name": fmt.Sprintf("sidecar-ok-%d", i)}, "spec": s}}
+		if err := k8s.Create(ctx, u, client.DryRunAll); err != nil {
+			t.Errorf("%s: rejected: %v", spec, err)
+		}
+	}
+}

@@ -200,7 +200,11 @@ type NVIDIADriverSpec struct {
 	UpgradePolicy *DriverUpgradePolicySpec `json:"upgradePolicy,omitempty"`
 }
 
-// DriverManagerSpec configures the k8s-driver-manager init container.
+// DriverManagerSpec configures the k8s-driver-manager init container. Fields
+// left empty come from the controller's default manager image (see
+// docs/design.md, "Images").
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || size(self.version) == 0 || self.version.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$') || self.version.matches('^sha256:[a-f0-9]{64}$')",message="spec.manager.version must be a valid image tag (e.g. v0.8.1) or a digest sha256:<64 hex digits>"
+// +kubebuilder:validation:XValidation:rule="!has(self.image) || size(self.image) == 0 || self.image.matches('^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$')",message="spec.manager.image must be an image name without tag or digest, e.g. k8s-driver-manager: put the version in spec.manager.version"
 type DriverManagerSpec struct {
 	// +kubebuilder:validation:Optional
 	Repository string `json:"repository,omitempty"`
@@ -244,7 +248,11 @@ type GPUDirectRDMASpec struct {
 	UseHostMOFED *bool `json:"useHostMofed,omitempty"`
 }
 
-// GPUDirectStorageSpec enables the nvidia-fs sidecar.
+// GPUDirectStorageSpec enables the nvidia-fs sidecar. See docs/design.md,
+// "Images", for how its image is resolved.
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.version) && size(self.version) != 0)",message="spec.gds.version is required when spec.gds.enabled is true: set the nvidia-fs version, e.g. 2.20.5 (repository and image default to nvcr.io/nvidia/cloud-native and nvidia-fs)"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || size(self.version) == 0 || self.version.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$') || self.version.matches('^sha256:[a-f0-9]{64}$')",message="spec.gds.version must be a valid image tag (e.g. 2.20.5) or a digest sha256:<64 hex digits>"
+// +kubebuilder:validation:XValidation:rule="!has(self.image) || size(self.image) == 0 || self.image.matches('^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$')",message="spec.gds.image must be an image name without tag or digest, e.g. nvidia-fs: put the version in spec.gds.version"
 type GPUDirectStorageSpec struct {
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
@@ -266,6 +274,9 @@ type GPUDirectStorageSpec struct {
 }
 
 // GDRCopySpec enables the gdrcopy sidecar.
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.version) && size(self.version) != 0)",message="spec.gdrcopy.version is required when spec.gdrcopy.enabled is true: set the gdrdrv version, e.g. v2.4.1 (repository and image default to nvcr.io/nvidia/cloud-native and gdrdrv)"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || size(self.version) == 0 || self.version.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$') || self.version.matches('^sha256:[a-f0-9]{64}$')",message="spec.gdrcopy.version must be a valid image tag (e.g. v2.4.1) or a digest sha256:<64 hex digits>"
+// +kubebuilder:validation:XValidation:rule="!has(self.image) || size(self.image) == 0 || self.image.matches('^([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$')",message="spec.gdrcopy.image must be an image name without tag or digest, e.g. gdrdrv: put the version in spec.gdrcopy.version"
 type GDRCopySpec struct {
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
