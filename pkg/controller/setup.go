@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"k8s.io/client-go/util/workqueue"
 	"maps"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -348,6 +350,10 @@ func deletionPredicate() predicate.Funcs {
 // nodes, its driver pods and its DaemonSets.
 func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler) error {
 	c := mgr.GetClient()
+	pods, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("clientset for pod removal: %w", err)
+	}
 	// Both the owner and the CR running the node: when a move starts, the
 	// owner must see the node leave its budget.
 	ownerOfNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -391,5 +397,5 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		Watches(&corev1.Pod{}, ownerOfPod).
 		Watches(&appsv1.DaemonSet{}, driverOfDS).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts})
+		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts})
 }

@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -89,6 +89,8 @@ type UpgradeReconciler struct {
 
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
+	// Pods is the clientset kubectl's drain helper chooses and evicts pods with.
+	Pods kubernetes.Interface
 	Recorder  events.EventRecorder
 	Options   Options
 	Now       func() time.Time
@@ -135,8 +137,10 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	// concurrently, so a pass at maxParallelUpgrades 100 is not 100 round trips long.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(passWorkers)
-	// The pods listed per node this pass, reused by the evictions it decides.
+	// The pods listed per node this pass, and the pods the drain helper
+	// chose to evict there, reused by the evictions the pass decides.
 	listed := map[string][]corev1.Pod{}
+	evictable := map[string][]corev1.Pod{}
 	var podsMu sync.Mutex
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -181,9 +185,17 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 				in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
 				return nil
 			}
-			in.GPUPods = len(gpuPods(onNode))
-			if in.State == upgrade.StateDrain {
-				in.GPUPods = len(drainable(onNode))
+			targets := stepTargets(onNode, in.State, policy.Drain)
+			in.GPUPods = len(targets)
+			if (in.State == upgrade.StatePodDeletion || in.State == upgrade.StateDrain) && len(targets) > 0 {
+				rm, err := r.plannedRemoval(gctx, n.Name, in.State, policy, targets)
+				if err != nil {
+					return err
+				}
+				in.Refused = rm.refused
+				podsMu.Lock()
+				evictable[n.Name] = rm.evict
+				podsMu.Unlock()
 			}
 			if policy.WaitForJobsSelector != "" {
 				in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
@@ -211,7 +223,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
-			if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], listed[dec.Node], dec); err != nil {
+			if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], listed[dec.Node], evictable[dec.Node], dec); err != nil {
 				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 				mu.Lock()
 				if firstErr == nil {
@@ -344,25 +356,6 @@ func usesGPU(p *corev1.Pod) bool {
 	return false
 }
 
-// drainable are the pods a drain evicts: all but DaemonSet pods, mirror pods
-// and finished ones.
-func drainable(pods []corev1.Pod) []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "DaemonSet" {
-			continue
-		}
-		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
 func countMatching(pods []corev1.Pod, selector string) int {
 	sel, err := labels.Parse(selector)
 	if err != nil {
@@ -412,7 +405,7 @@ func nodeReady(n *corev1.Node) bool {
 
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done).
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, onNode []corev1.Pod, dec upgrade.Decision) error {
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, onNode, evictable []corev1.Pod, dec upgrade.Decision) error {
 	// Patches update node in place with the server's answer: a new
 	// resourceVersion means we wrote it.
 	pre := node.ResourceVersion
@@ -429,7 +422,9 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 		case upgrade.ActUncordon:
 			err = r.setUnschedulable(ctx, node, false)
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
-			err = r.evict(ctx, node.Name, onNode, a == upgrade.ActDrain)
+			// The machine decides to evict only after this pass's helper
+			// found every target removable (its Refused was empty).
+			err = r.evictPods(ctx, evictable)
 		case upgrade.ActMove:
 			// Done in the metadata patch below, with the state, so the owner label
 			// and the machine's state change together.
@@ -531,35 +526,4 @@ func (r *UpgradeReconciler) setUnschedulable(ctx context.Context, node *corev1.N
 	}
 	body := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, v))
 	return r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
-}
-
-// evict asks the Eviction API to remove the node's GPU pods (or, draining,
-// every evictable pod); a PodDisruptionBudget refusal is retried next pass.
-// evict evicts the node's GPU pods (all drainable pods when drain), from the
-// pods this pass listed there (listing again when it did not).
-func (r *UpgradeReconciler) evict(ctx context.Context, node string, pods []corev1.Pod, drain bool) error {
-	if pods == nil {
-		var err error
-		if pods, err = r.podsOnNode(ctx, node); err != nil {
-			return err
-		}
-	}
-	targets := gpuPods(pods)
-	if drain {
-		targets = drainable(pods)
-	}
-	for i := range targets {
-		p := &targets[i]
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
-		if err := r.Client.SubResource("eviction").Create(ctx, p, ev); err != nil {
-			if apierrors.IsTooManyRequests(err) || apierrors.IsNotFound(err) {
-				continue // blocked by a PodDisruptionBudget, or already gone
-			}
-			return fmt.Errorf("evicting %s/%s: %w", p.Namespace, p.Name, err)
-		}
-	}
-	return nil
 }

@@ -96,8 +96,11 @@ type Node struct {
 	GPUPods int
 	// JobPods counts running pods matching waitForCompletion.podSelector.
 	JobPods int
-	// EvictionBlocked is set when the last eviction attempt was refused (PDB).
-	EvictionBlocked bool
+	// Refused are the pods the current step must remove and its policy does
+	// not allow to (emptyDir without deleteEmptyDir, no controller without
+	// force), each as "namespace/name (why)"; read in pod-deletion-required
+	// and drain-required.
+	Refused []string
 	// ValidatorsPending is true while the validation pod selector (the
 	// controller's --validation-pod-selector, e.g. NVIDIA's operator validator)
 	// matches no Ready pod on the node; read only in validation-required.
@@ -129,6 +132,18 @@ type Policy struct {
 	DrainEnabled        bool
 	DrainTimeout        time.Duration
 	ValidationTimeout   time.Duration
+	// What each step may remove, as kubectl drain's --force and
+	// --delete-emptydir-data; the drain step only pods matching its selector.
+	PodDeletion, Drain Removal
+}
+
+// Removal is what a pod-removing step may remove: pods without a controller
+// (Force) and pods with emptyDir volumes (DeleteEmptyDir), and for the drain
+// step only pods matching PodSelector ("" = all).
+type Removal struct {
+	Force          bool
+	DeleteEmptyDir bool
+	PodSelector    string
 }
 
 // PolicyFor resolves a CR's upgradePolicy with NVIDIA's defaults.
@@ -146,6 +161,7 @@ func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
 	}
 	if up.PodDeletion != nil {
 		p.PodDeletionTimeout = time.Duration(up.PodDeletion.TimeoutSecond) * time.Second
+		p.PodDeletion = Removal{Force: up.PodDeletion.Force, DeleteEmptyDir: up.PodDeletion.DeleteEmptyDir}
 	}
 	if up.WaitForCompletion != nil {
 		p.WaitForJobsSelector = up.WaitForCompletion.PodSelector
@@ -154,6 +170,7 @@ func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
 	if up.DrainSpec != nil {
 		p.DrainEnabled = up.DrainSpec.Enable
 		p.DrainTimeout = time.Duration(up.DrainSpec.TimeoutSecond) * time.Second
+		p.Drain = Removal{Force: up.DrainSpec.Force, DeleteEmptyDir: up.DrainSpec.DeleteEmptyDir, PodSelector: up.DrainSpec.PodSelector}
 	}
 	return p
 }
@@ -350,6 +367,20 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 			}
 			return
 		}
+		if len(n.Refused) > 0 {
+			// NVIDIA's rule: a step that cannot remove every pod it must
+			// removes none, and hands over to the drain or fails; the node
+			// stays cordoned with its jobs running.
+			if n.Annotations[AnnotationDeletionStart] != "" {
+				d.Annotations[AnnotationDeletionStart] = ""
+			}
+			if p.DrainEnabled {
+				d.To = StateDrain
+				return
+			}
+			fail(d, "spec.upgradePolicy.podDeletion does not allow removing "+strings.Join(n.Refused, "; "))
+			return
+		}
 		if p.PodDeletionTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.PodDeletionTimeout {
 			d.Annotations[AnnotationDeletionStart] = ""
 			if p.DrainEnabled {
@@ -364,6 +395,13 @@ func next(d *Decision, n Node, p Policy, now time.Time) {
 		if !p.DrainEnabled || n.GPUPods == 0 {
 			d.To = StatePodRestart
 			d.Annotations[AnnotationDeletionStart] = ""
+			return
+		}
+		if len(n.Refused) > 0 {
+			if n.Annotations[AnnotationDeletionStart] != "" {
+				d.Annotations[AnnotationDeletionStart] = ""
+			}
+			fail(d, "spec.upgradePolicy.drain does not allow removing "+strings.Join(n.Refused, "; "))
 			return
 		}
 		if p.DrainTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.DrainTimeout {

@@ -66,6 +66,9 @@ func TestNext(t *testing.T) {
 		{"pod-deletion timeout, drain -> drain", Node{State: StatePodDeletion, GPUPods: 1, Annotations: map[string]string{AnnotationDeletionStart: ago(10 * time.Minute)}}, drain, StateDrain, nil, map[string]string{AnnotationDeletionStart: ""}, false},
 		{"drain, pods left -> drain action", Node{State: StateDrain, GPUPods: 1, Annotations: map[string]string{AnnotationDeletionStart: ago(time.Second)}}, drain, StateDrain, []Action{ActDrain}, nil, false},
 		{"drain, empty -> pod-restart", Node{State: StateDrain}, drain, StatePodRestart, nil, map[string]string{AnnotationDeletionStart: ""}, false},
+		{"pod-deletion, a pod the policy keeps, no drain -> failed, nothing evicted", Node{State: StatePodDeletion, Unschedulable: true, GPUPods: 2, Refused: []string{"default/job (emptyDir)"}}, defaults(), StateFailed, nil, nil, true},
+		{"pod-deletion, a pod the policy keeps, drain on -> drain", Node{State: StatePodDeletion, GPUPods: 1, Refused: []string{"default/job (no controller)"}, Annotations: map[string]string{AnnotationDeletionStart: ago(time.Second)}}, drain, StateDrain, nil, map[string]string{AnnotationDeletionStart: ""}, false},
+		{"drain, a pod the policy keeps -> failed, nothing evicted", Node{State: StateDrain, GPUPods: 1, Refused: []string{"default/job (emptyDir)"}}, drain, StateFailed, nil, nil, true},
 		{"drain timeout -> failed", Node{State: StateDrain, GPUPods: 1, Annotations: map[string]string{AnnotationDeletionStart: ago(time.Hour)}}, drain, StateFailed, nil, map[string]string{AnnotationDeletionStart: ""}, true},
 		{"pod-restart, a GPU pod arrived -> back to pod-deletion", Node{State: StatePodRestart, DriverPod: stale, GPUPods: 1}, defaults(), StatePodDeletion, nil, nil, false},
 		{"pod-restart, stale pod -> delete it", Node{State: StatePodRestart, DriverPod: stale}, defaults(), StatePodRestart, []Action{ActDeleteDriverPod}, nil, false},
@@ -198,11 +201,14 @@ func TestMaxUnavailableNodes(t *testing.T) {
 func TestPolicyFor(t *testing.T) {
 	p := PolicyFor(&v1alpha1.NVIDIADriverSpec{UpgradePolicy: &v1alpha1.DriverUpgradePolicySpec{
 		AutoUpgrade: false, MaxParallelUpgrades: 4, MaxUnavailable: ptr.To(intstr.FromString("50%")),
-		PodDeletion: &v1alpha1.PodDeletionSpec{TimeoutSecond: 30}, DrainSpec: &v1alpha1.DrainSpec{Enable: true, TimeoutSecond: 60},
+		PodDeletion: &v1alpha1.PodDeletionSpec{TimeoutSecond: 30, Force: true}, DrainSpec: &v1alpha1.DrainSpec{Enable: true, TimeoutSecond: 60, DeleteEmptyDir: true, PodSelector: "team=ml"},
 		WaitForCompletion: &v1alpha1.WaitForCompletionSpec{PodSelector: "a=b", TimeoutSecond: 5}}})
 	if p.AutoUpgrade || p.MaxParallelUpgrades != 4 || p.MaxUnavailable.StrVal != "50%" || p.PodDeletionTimeout != 30*time.Second ||
 		!p.DrainEnabled || p.DrainTimeout != time.Minute || p.WaitForJobsSelector != "a=b" || p.WaitForJobsTimeout != 5*time.Second {
 		t.Errorf("policy = %+v", p)
+	}
+	if p.PodDeletion != (Removal{Force: true}) || p.Drain != (Removal{DeleteEmptyDir: true, PodSelector: "team=ml"}) {
+		t.Errorf("removal rules dropped: pod deletion %+v, drain %+v", p.PodDeletion, p.Drain)
 	}
 	d := defaults()
 	if !d.AutoUpgrade || d.MaxParallelUpgrades != 1 || d.MaxUnavailable.StrVal != "25%" {

@@ -132,7 +132,11 @@ chmod -R u+w /opt/gpu-operator
 exec %[2]q --kubeconfig %[3]q --leader-elect=false --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0`,
 		moduleDir, filepath.Join(toolBin, "gpu-operator"), kubeconfig)
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "bash", "-c", script)
-	cmd.Env = append(os.Environ(), "OPERATOR_NAMESPACE=gpu-operator", "KUBECONFIG="+kubeconfig)
+	// The operand images NVIDIA's Helm chart (or OLM) hands its operator as
+	// environment; the operator refuses to render without them.
+	cmd.Env = append(os.Environ(), "OPERATOR_NAMESPACE=gpu-operator", "KUBECONFIG="+kubeconfig,
+		"DRIVER_MANAGER_IMAGE=nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.8.1",
+		"VALIDATOR_IMAGE=nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, err
