@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -90,10 +90,10 @@ type UpgradeReconciler struct {
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
 	// Pods is the clientset kubectl's drain helper chooses and evicts pods with.
-	Pods kubernetes.Interface
-	Recorder  events.EventRecorder
-	Options   Options
-	Now       func() time.Time
+	Pods     kubernetes.Interface
+	Recorder events.EventRecorder
+	Options  Options
+	Now      func() time.Time
 }
 
 // Reconcile implements reconcile.Reconciler.
