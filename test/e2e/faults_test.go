@@ -60,7 +60,8 @@ metadata: {name: crash}
 spec:
   version: "470.141.10"
   nodeSelector: {crash: "yes"}
-  upgradePolicy: {maxParallelUpgrades: 5, maxUnavailable: "100%"}
+  # The jobs are bare pods: force lets the upgrade evict them.
+  upgradePolicy: {maxParallelUpgrades: 5, maxUnavailable: "100%", podDeletion: {force: true}}
 `)
 	eventually(t, 3*time.Minute, "crash on 50 nodes", func() error { return allNodesIn(t, "crash", total, upgrade.StateDone) })
 
