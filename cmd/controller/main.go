@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
@@ -140,17 +139,6 @@ func run() int {
 	}
 	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout, ValidationPodSelector: *validationSelector}); err != nil {
 		logger.Error(err, "setting up the controllers")
-		return 1
-	}
-	// Once leader: make sure what the driver pods need is in place.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := controller.EnsureDriverPodObjects(ctx, mgr.GetAPIReader(), mgr.GetClient(), namespace); err != nil {
-			logger.Error(err, "ensuring the driver pods' ServiceAccount, RBAC and startup probe ConfigMap")
-		}
-		<-ctx.Done()
-		return nil
-	})); err != nil {
-		logger.Error(err, "adding the ensure runnable")
 		return 1
 	}
 	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)

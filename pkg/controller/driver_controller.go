@@ -178,8 +178,20 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 		}
 		ds.Annotations[AppliedHashAnnotation] = hash
 		cur := owned[pool.DaemonSet]
+		obj, err := applyObject(ds)
+		if err != nil {
+			return err
+		}
+		repair := false
 		if cur != nil && cur.Annotations[AppliedHashAnnotation] == hash {
-			continue // unchanged: no write
+			live, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cur)
+			if err != nil {
+				return err
+			}
+			if !drifted(obj, &unstructured.Unstructured{Object: live}) {
+				continue // unchanged and intact: no write
+			}
+			repair = true
 		}
 		if cur == nil {
 			// Not ours by index; it may exist under another owner. Never take it over.
@@ -188,10 +200,6 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 			if err == nil && !metav1.IsControlledBy(existing, d) {
 				return fmt.Errorf("DaemonSet %s/%s exists and is not owned by NVIDIADriver %q: delete or rename it", ds.Namespace, ds.Name, d.Name)
 			}
-		}
-		obj, err := applyObject(ds)
-		if err != nil {
-			return err
 		}
 		if err := r.Client.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of an unstructured object
 			return fmt.Errorf("applying DaemonSet %s: %w", ds.Name, err)
@@ -203,9 +211,12 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 			return err
 		}
 		owned[pool.DaemonSet] = applied
-		if cur == nil {
+		switch {
+		case cur == nil:
 			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventCreated, "Create", "Created DaemonSet %s/%s for %s (%d node(s), image %s)", ds.Namespace, ds.Name, poolName(pool), len(pool.Nodes), pool.Image)
-		} else {
+		case repair:
+			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, EventUpdated, "Repair", "Restored DaemonSet %s/%s for %s: it was edited by hand (the NVIDIADriver is its source; edit the NVIDIADriver instead)", ds.Namespace, ds.Name, poolName(pool))
+		default:
 			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventUpdated, "Update", "Updated DaemonSet %s/%s for %s (image %s)", ds.Namespace, ds.Name, poolName(pool), pool.Image)
 		}
 	}

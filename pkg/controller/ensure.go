@@ -9,7 +9,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/nvdriver/nvdriver/pkg/render"
 )
@@ -50,9 +58,9 @@ func driverPodObjects(namespace string) []client.Object {
 }
 
 // EnsureDriverPodObjects creates what is missing and repairs what drifted;
-// it writes nothing when everything is in place. It reads through r without a
-// cache (a cache would need list/watch on every ServiceAccount, ConfigMap and
-// ClusterRole of the cluster, which the controller's RBAC does not grant).
+// it writes nothing when everything is in place. The controller runs it on
+// every change to the four objects (watched by name, see CacheOptions), and
+// an error is retried with backoff.
 func EnsureDriverPodObjects(ctx context.Context, r client.Reader, c client.Client, namespace string) error {
 	for _, want := range driverPodObjects(namespace) {
 		have := want.DeepCopyObject().(client.Object)
@@ -88,4 +96,46 @@ func same(want, have client.Object) bool {
 		return equality.Semantic.DeepEqual(w.Data, have.(*corev1.ConfigMap).Data)
 	}
 	return true
+}
+
+// driverPodObjectsReconciler keeps the driver pods' objects in place: one
+// key for all four, reconciled on start and whenever one of them changes or
+// is deleted.
+type driverPodObjectsReconciler struct {
+	client    client.Client
+	namespace string
+}
+
+func (r *driverPodObjectsReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	return reconcile.Result{}, EnsureDriverPodObjects(ctx, r.client, r.client, r.namespace)
+}
+
+func setupDriverPodObjects(mgr ctrl.Manager, namespace string) error {
+	key := []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "driver-pod-objects"}}}
+	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return key })
+	// The informers only report objects that exist: a fresh cluster has none,
+	// so a single event at start runs the first pass.
+	start := make(chan event.GenericEvent, 1)
+	start <- event.GenericEvent{Object: &corev1.ConfigMap{}}
+	b := ctrl.NewControllerManagedBy(mgr).Named("driverpodobjects").
+		WatchesRawSource(source.Channel(start, one))
+	for _, obj := range driverPodObjects(namespace) {
+		b = b.Watches(obj.DeepCopyObject().(client.Object), one)
+	}
+	return b.Complete(&driverPodObjectsReconciler{client: mgr.GetClient(), namespace: namespace})
+}
+
+// driverPodObjectsCache is the cache scope of the four objects: by name (and
+// namespace), so the controller needs no right to list any other
+// ServiceAccount, ConfigMap or ClusterRole.
+func driverPodObjectsCache(namespace string) map[client.Object]cache.ByObject {
+	out := map[client.Object]cache.ByObject{}
+	for _, obj := range driverPodObjects(namespace) {
+		by := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", obj.GetName())}
+		if obj.GetNamespace() != "" {
+			by.Namespaces = map[string]cache.Config{namespace: {}}
+		}
+		out[obj.DeepCopyObject().(client.Object)] = by
+	}
+	return out
 }

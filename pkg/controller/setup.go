@@ -65,22 +65,21 @@ const runByIndex = "nvdriver.runBy"
 func CacheOptions(namespace string) cache.Options {
 	req, _ := labels.NewRequirement(render.LabelState, selection.Equals, []string{render.StateDriver})
 	component, _ := labels.NewRequirement(render.LabelComponent, selection.In, []string{render.ComponentDriver, render.ComponentVGPUManager})
-	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Node{}: {Transform: trimNode},
-			&appsv1.DaemonSet{}: {
-				Namespaces: map[string]cache.Config{namespace: {}},
-				Label:      labels.NewSelector().Add(*req),
-			},
-			// Driver pods only (the upgrade machine reads their revision and readiness).
-			&corev1.Pod{}: {
-				Namespaces: map[string]cache.Config{namespace: {}},
-				Label:      labels.NewSelector().Add(*component),
-				Transform:  trimPod,
-			},
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Node{}: {Transform: trimNode},
+		&appsv1.DaemonSet{}: {
+			Namespaces: map[string]cache.Config{namespace: {}},
+			Label:      labels.NewSelector().Add(*req),
+		},
+		// Driver pods only (the upgrade machine reads their revision and readiness).
+		&corev1.Pod{}: {
+			Namespaces: map[string]cache.Config{namespace: {}},
+			Label:      labels.NewSelector().Add(*component),
+			Transform:  trimPod,
 		},
 	}
+	maps.Copy(byObject, driverPodObjectsCache(namespace))
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: byObject}
 }
 
 // trimNode drops everything of a Node the controller never reads.
@@ -271,6 +270,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return []reconcile.Request{nodeLabelsKey}
 	})
 	if err := setupUpgrades(mgr, opts, driverOfDS); err != nil {
+		return err
+	}
+	if err := setupDriverPodObjects(mgr, opts.Namespace); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

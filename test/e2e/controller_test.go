@@ -131,3 +131,45 @@ func TestSeedManifestsReconcile(t *testing.T) {
 		})
 	}
 }
+
+// A reconcile repairs what someone edited by hand, with the controller
+// running as the chart's ServiceAccount: a DaemonSet's image set with kubectl
+// and the deleted startup-probe ConfigMap both come back.
+func TestHandEditsAreRepaired(t *testing.T) {
+	labelNodes(t, "he", "yes", "gpu-node-4")
+	deleteCRs(t, "hand-edit")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: hand-edit}
+spec: {version: "550.90.07", nodeSelector: {he: "yes"}}
+`)
+	var ds string
+	eventually(t, time.Minute, "hand-edit's DaemonSet", func() error {
+		out, err := run("kubectl", "get", "ds", "-n", driverNS, "-l", "app.kubernetes.io/component=nvidia-driver",
+			"-o", `jsonpath={range .items[?(@.metadata.ownerReferences[0].name=="hand-edit")]}{.metadata.name}{end}`)
+		if err != nil || strings.TrimSpace(out) == "" {
+			return fmt.Errorf("no DaemonSet yet: %v %s", err, out)
+		}
+		ds = strings.TrimSpace(out)
+		return nil
+	})
+	image := func() string {
+		return kubectl(t, "get", "ds", ds, "-n", driverNS, "-o", `jsonpath={.spec.template.spec.containers[?(@.name=="nvidia-driver-ctr")].image}`)
+	}
+	want := image()
+	kubectl(t, "set", "image", "ds/"+ds, "-n", driverNS, "nvidia-driver-ctr=example.com/tampered:1")
+	kubectl(t, "delete", "configmap", "nvidia-driver-startup-probe", "-n", driverNS)
+	eventually(t, 30*time.Second, "the image and the ConfigMap restored", func() error {
+		if got := image(); got != want {
+			return fmt.Errorf("image %s", got)
+		}
+		if out, err := run("kubectl", "get", "configmap", "nvidia-driver-startup-probe", "-n", driverNS); err != nil {
+			return fmt.Errorf("ConfigMap: %s", out)
+		}
+		return nil
+	})
+	events := kubectl(t, "get", "events", "-A", "--field-selector", "involvedObject.name=hand-edit", "-o", "jsonpath={range .items[*]}{.note}{.message}{\"\\n\"}{end}")
+	if !strings.Contains(events, "Restored DaemonSet "+driverNS+"/"+ds) {
+		t.Errorf("no Repair event on the CR:\n%s", events)
+	}
+}
