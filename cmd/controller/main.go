@@ -27,7 +27,7 @@ import (
 )
 
 // LeaseName is the leader-election Lease; doctor judges liveness by it.
-const LeaseName = "nvdriver-controller"
+const LeaseName = v1alpha1.ControllerLeaseName
 
 const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
 

@@ -169,8 +169,7 @@ func readInputs(ctx context.Context, c client.Reader, namespace string) (*inputs
 		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
 	}
 	dss := &appsv1.DaemonSetList{}
-	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: render.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{render.ComponentDriver, render.ComponentVGPUManager}}}})
+	sel, _ := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{render.DriverComponentRequirement()}})
 	if err := c.List(ctx, dss, client.MatchingLabelsSelector{Selector: sel}, client.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing driver DaemonSets: %w", err)
 	}

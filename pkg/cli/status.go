@@ -263,11 +263,13 @@ func buildStatus(in *inputs, name string) (*StatusReport, error) {
 				p.Image = cs[0].Image
 			}
 			sel := labels.SelectorFromSet(set.Spec.Template.Spec.NodeSelector)
+			var states []string
 			for _, n := range in.nodes {
-				if st := n.Labels[plan.LabelUpgradeState]; st != "" && sel.Matches(labels.Set(n.Labels)) {
-					p.Upgrade[st]++
+				if sel.Matches(labels.Set(n.Labels)) {
+					states = append(states, n.Labels[plan.LabelUpgradeState])
 				}
 			}
+			p.Upgrade = plan.UpgradeCounts(states)
 			ds.Pools = append(ds.Pools, p)
 		}
 		r.Drivers = append(r.Drivers, ds)
@@ -339,10 +341,10 @@ func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *output.Styles
 
 // failing returns the condition that explains a driver that is not fine.
 func failing(conds []metav1.Condition) *metav1.Condition {
-	if c := meta.FindStatusCondition(conds, "Error"); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionError); c != nil && c.Status == metav1.ConditionTrue {
 		return c
 	}
-	if c := meta.FindStatusCondition(conds, "Ready"); c != nil && c.Status == metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
 		return c
 	}
 	return nil

@@ -64,7 +64,7 @@ const runByIndex = "nvdriver.runBy"
 // DaemonSets in the driver namespace are cached.
 func CacheOptions(namespace string) cache.Options {
 	req, _ := labels.NewRequirement(render.LabelState, selection.Equals, []string{render.StateDriver})
-	component, _ := labels.NewRequirement(render.LabelComponent, selection.In, []string{render.ComponentDriver, render.ComponentVGPUManager})
+	component, _ := labels.NewRequirement(render.LabelComponent, selection.In, render.DriverComponents)
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Node{}: {Transform: trimNode},
 		&appsv1.DaemonSet{}: {
@@ -156,10 +156,12 @@ func planLabels(l map[string]string) map[string]string {
 	for k, v := range l {
 		switch k {
 		case plan.LabelGPUPresent, plan.LabelDeployDriver, plan.LabelOwner, plan.LabelOSID, plan.LabelOSVersion,
-			plan.LabelOSVersionMajor, plan.LabelKernel, plan.LabelUpgradeState,
-			"feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
-			"feature.node.kubernetes.io/pci-0300_10de.present":
+			plan.LabelOSVersionMajor, plan.LabelKernel, plan.LabelUpgradeState:
 			out[k] = v
+		default:
+			if slices.Contains(plan.NFDGPULabels, k) {
+				out[k] = v
+			}
 		}
 	}
 	return out

@@ -15,8 +15,8 @@ import (
 
 // Condition types and reasons (NVIDIA's, plus ours where docs/design.md, "Readiness", adds them).
 const (
-	CondReady = "Ready"
-	CondError = "Error"
+	CondReady = v1alpha1.ConditionReady
+	CondError = v1alpha1.ConditionError
 
 	ReasonReconciled      = "Reconciled"
 	ReasonNoMatchingNodes = "NoMatchingNodes"
@@ -69,25 +69,20 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 		if pending > 0 {
 			notReady = append(notReady, fmt.Sprintf("%s: %d node(s) not yet handed to this driver", pool.DaemonSet, pending))
 		}
-		for _, n := range pool.Nodes {
-			total++
-			state := in.NodeStates[n]
-			switch state {
-			case plan.UpgradeDone:
-				done++
-			case plan.UpgradeFailed:
-				failed++
+		states := make([]string, len(pool.Nodes))
+		for i, n := range pool.Nodes {
+			states[i] = in.NodeStates[n]
+		}
+		total += len(states)
+		if counts := plan.UpgradeCounts(states); len(counts) > 0 {
+			ps.Upgrade = counts
+			for state, n := range counts {
+				if state != plan.UpgradeDone {
+					upgrading += int(n)
+				}
 			}
-			if state == "" {
-				continue
-			}
-			if ps.Upgrade == nil {
-				ps.Upgrade = map[string]int32{}
-			}
-			ps.Upgrade[state]++
-			if state != plan.UpgradeDone {
-				upgrading++
-			}
+			done += int(counts[plan.UpgradeDone])
+			failed += int(counts[plan.UpgradeFailed])
 		}
 		switch {
 		case ds == nil:

@@ -31,7 +31,7 @@ const (
 )
 
 // LeaseName is the nvdriver controller's leader-election Lease.
-const LeaseName = "nvdriver-controller"
+const LeaseName = v1alpha1.ControllerLeaseName
 
 // Finding is one result (stable JSON shape, documented in README).
 type Finding struct {
@@ -295,7 +295,7 @@ func checkConditions(s *Snapshot, _ *plan.Plan) []Finding {
 			continue
 		}
 		obj := []string{"nvidiadriver/" + d.Name}
-		if e := meta.FindStatusCondition(d.Status.Conditions, "Error"); e != nil && e.Status == metav1.ConditionTrue {
+		if e := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionError); e != nil && e.Status == metav1.ConditionTrue {
 			// Conflicts get their own check with the node list.
 			if e.Reason == plan.ReasonConflictingNodeSelector || e.Reason == plan.ReasonConflictingDefault {
 				continue
@@ -313,7 +313,7 @@ func checkConditions(s *Snapshot, _ *plan.Plan) []Finding {
 				Fix: "kubectl get leases -A --field-selector metadata.name=" + LeaseName})
 			continue
 		}
-		if r := meta.FindStatusCondition(d.Status.Conditions, "Ready"); r != nil && r.Status == metav1.ConditionFalse {
+		if r := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady); r != nil && r.Status == metav1.ConditionFalse {
 			if held := heldByAutoUpgradeOff(s, &d); len(held) > 0 {
 				out = append(out, Finding{Severity: Warning, Objects: append(obj, nodeObjs(held)...),
 					Message: fmt.Sprintf("%s is %s because upgradePolicy.autoUpgrade is false: %d node(s) wait for an upgrade to be requested: %s", d.Name, d.Status.State, len(held), strings.Join(limit(held, 10), ", ")),
@@ -457,5 +457,4 @@ func selectorString(m map[string]string) string {
 }
 
 // DriverPodSelector selects driver pods of either driver type.
-var DriverPodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-	Key: render.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{render.ComponentDriver, render.ComponentVGPUManager}}}}
+var DriverPodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{render.DriverComponentRequirement()}}

@@ -23,8 +23,8 @@ const (
 	DeployFalse        = "false"
 )
 
-// nfdGPULabels are NFD's labels for an NVIDIA PCI device (vendor 10de), any class.
-var nfdGPULabels = []string{
+// NFDGPULabels are NFD's labels for an NVIDIA PCI device (vendor 10de), any class.
+var NFDGPULabels = []string{
 	"feature.node.kubernetes.io/pci-10de.present",
 	"feature.node.kubernetes.io/pci-0302_10de.present",
 	"feature.node.kubernetes.io/pci-0300_10de.present",
@@ -32,7 +32,7 @@ var nfdGPULabels = []string{
 
 // HasNFDGPU reports whether NFD found an NVIDIA PCI device on the node.
 func HasNFDGPU(labels map[string]string) bool {
-	for _, k := range nfdGPULabels {
+	for _, k := range NFDGPULabels {
 		if labels[k] == "true" {
 			return true
 		}
@@ -109,3 +109,18 @@ const (
 	UpgradeDone       = "upgrade-done"
 	UpgradeFailed     = "upgrade-failed"
 )
+
+// UpgradeCounts counts nodes per upgrade state, the label's values; a node
+// with no state is not counted. The controller's status and the plugin's
+// status both count with it (over the pool's planned nodes, and over the
+// nodes a DaemonSet selects, which is all a plugin reading NVIDIA's
+// operator has).
+func UpgradeCounts(states []string) map[string]int32 {
+	out := map[string]int32{}
+	for _, s := range states {
+		if s != "" {
+			out[s]++
+		}
+	}
+	return out
+}

@@ -169,3 +169,16 @@ func TestOSTag(t *testing.T) {
 		t.Error("OSTag without ID must fail")
 	}
 }
+
+func TestUpgradeCounts(t *testing.T) {
+	got := UpgradeCounts([]string{"", UpgradeDone, UpgradeDone, UpgradeFailed, "cordon-required", ""})
+	want := map[string]int32{UpgradeDone: 2, UpgradeFailed: 1, "cordon-required": 1}
+	if len(got) != len(want) {
+		t.Fatalf("UpgradeCounts = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("UpgradeCounts[%s] = %d, want %d", k, got[k], v)
+		}
+	}
+}

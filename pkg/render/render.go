@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -47,6 +48,16 @@ const (
 	ContainerFS      = "nvidia-fs-ctr"
 	ContainerGDRCopy = "nvidia-gdrcopy-ctr"
 )
+
+// DriverComponents are the component labels of driver pods of either type.
+var DriverComponents = []string{ComponentDriver, ComponentVGPUManager}
+
+// DriverComponentRequirement selects the driver pods (and DaemonSets) of
+// either type: the anti-affinity between them, the controller's cache, the
+// plugin and doctor all use it.
+func DriverComponentRequirement() metav1.LabelSelectorRequirement {
+	return metav1.LabelSelectorRequirement{Key: LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: slices.Clone(DriverComponents)}
+}
 
 // Options carry what the spec does not: where and with which defaults.
 type Options struct {
@@ -118,13 +129,10 @@ func DaemonSet(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) *appsv1.D
 	pod := corev1.PodSpec{
 		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: LabelComponent, Operator: metav1.LabelSelectorOpIn,
-					// Both driver components: one driver pod per node whatever its type
-					// (NVIDIA's list names nvidia-vgpu-manager, which no pod carries).
-					Values: []string{ComponentDriver, ComponentVGPUManager},
-				}}},
-				TopologyKey: "kubernetes.io/hostname",
+				// Both driver components: one driver pod per node whatever its type
+				// (NVIDIA's list names nvidia-vgpu-manager, which no pod carries).
+				LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{DriverComponentRequirement()}},
+				TopologyKey:   "kubernetes.io/hostname",
 			}},
 		}},
 		HostPID:            true,

@@ -14,6 +14,13 @@ const (
 	OwnerLabel = "nvidia.com/gpu-operator.driver.owner"
 	// Finalizer keeps a CR until its nodes have been released safely.
 	Finalizer = "nvidia.com/nvidiadriver-protection"
+	// ConditionReady and ConditionError are the status condition types, as
+	// NVIDIA's operator sets them (the plugin reads either backend's).
+	ConditionReady = "Ready"
+	ConditionError = "Error"
+	// ControllerLeaseName is the nvdriver controller's leader-election Lease;
+	// doctor judges the controller alive by its renewals.
+	ControllerLeaseName = "nvdriver-controller"
 )
 
 // DriverType is the kind of driver a CR installs.
