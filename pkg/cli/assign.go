@@ -193,7 +193,7 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 	}
 	// Server-side validation of the CR before any node is touched.
 	if o.DryRun != "client" && specChanged {
-		if err := c.Patch(ctx, body.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, client.DryRunAll); err != nil { //nolint:staticcheck
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(body.DeepCopy()), client.FieldOwner(FieldManager), client.ForceOwnership, client.DryRunAll); err != nil {
 			return fmt.Errorf("the API server rejects NVIDIADriver %q (nothing was changed): %v", o.Name, err)
 		}
 	}
@@ -217,7 +217,7 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 	}
 	result := existing
 	if specChanged {
-		if err := c.Patch(ctx, body, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership, dryRunOpt(o.DryRun)); err != nil { //nolint:staticcheck
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(body), applyOpts(o.DryRun)...); err != nil {
 			o.rollback(ctx, c, done)
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted before NVIDIADriver %q was written; node labels restored", o.Name)
@@ -269,11 +269,14 @@ func (o *AssignOptions) refuseConflicts(in *inputs, targets []plan.Node, desired
 	return nil
 }
 
-func dryRunOpt(mode string) client.PatchOption {
-	if mode == "server" {
-		return client.DryRunAll
+// applyOpts are the options of the plugin's server-side apply: our field
+// manager, forced (assign's fields are the plugin's), and the dry run asked for.
+func applyOpts(dryRun string) []client.ApplyOption {
+	opts := []client.ApplyOption{client.FieldOwner(FieldManager), client.ForceOwnership}
+	if dryRun == "server" {
+		opts = append(opts, client.DryRunAll)
 	}
-	return &client.PatchOptions{}
+	return opts
 }
 
 // desiredDriver is the NVIDIADriver as it will be after the command: the

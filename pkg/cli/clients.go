@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -163,7 +164,7 @@ func readInputs(ctx context.Context, c client.Reader, namespace string) (*inputs
 	}
 	drivers := &v1alpha1.NVIDIADriverList{}
 	if err := c.List(ctx, drivers); err != nil {
-		if meta.IsNoMatchError(err) || isNotFound(err) {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("the NVIDIADriver CRD is not installed: install it with `helm install nvdriver charts/nvdriver` or `kubectl apply -f charts/nvdriver/crds/`")
 		}
 		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
@@ -179,14 +180,6 @@ func readInputs(ctx context.Context, c client.Reader, namespace string) (*inputs
 		in.nodes[i] = plan.Node{Name: nodes.Items[i].Name, Labels: nodes.Items[i].Labels}
 	}
 	return in, nil
-}
-
-func isNotFound(err error) bool {
-	type apiStatus interface{ Status() metav1.Status }
-	if s, ok := err.(apiStatus); ok {
-		return s.Status().Code == 404
-	}
-	return false
 }
 
 // readDriverFiles decodes NVIDIADriver manifests with cli-runtime's resource

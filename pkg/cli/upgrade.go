@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -263,23 +264,24 @@ func (o *UpgradeOptions) requestedNodes(ctx context.Context, c client.Client) ([
 	return out, nil
 }
 
-func (o *UpgradeOptions) wait(ctx context.Context, c client.Client, t waitTarget) error {
-	interrupted := ctx
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
+func (o *UpgradeOptions) wait(interrupted context.Context, c client.Client, t waitTarget) error {
 	tty := output.IsTerminal(o.Streams.Out)
 	st := output.NewStyles(o.Streams.Out, *o.NoColor)
 	start := time.Now()
 	last := ""
 	lost := false
-	for {
+	var result error
+	err := wait.PollUntilContextTimeout(interrupted, o.Interval, o.Timeout, true, func(ctx context.Context) (bool, error) {
 		obs, err := readObservation(ctx, c, o.Name, namespaceFlag(o.Flags), t.nodes)
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
 			// The CR gone or access denied will not heal; a lost connection
 			// (API server restart, network blip, watch cache reset) does: keep
 			// following until the timeout, saying so once.
 			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-				return err
+				return false, err
 			}
 			if !lost {
 				if tty {
@@ -288,39 +290,42 @@ func (o *UpgradeOptions) wait(ctx context.Context, c client.Client, t waitTarget
 				fmt.Fprintf(o.Streams.ErrOut, "warning: lost the API server (%v); still following, until the timeout\n", err)
 				lost = true
 			}
+			return false, nil
 		}
-		if err == nil && lost {
+		if lost {
 			fmt.Fprintf(o.Streams.ErrOut, "warning: API server back; following again\n")
 			lost = false
 		}
-		if err == nil {
-			p := t.judge(obs)
-			line := progressLine(p, tty, st)
-			if tty {
-				fmt.Fprintf(o.Streams.Out, "\r\033[K%s", line)
-			} else if line != last {
-				fmt.Fprintf(o.Streams.Out, "%s %s\n", time.Now().Format("15:04:05"), line)
-			}
-			last = line
-			if p.end != "" {
-				if tty {
-					fmt.Fprintln(o.Streams.Out)
-				}
-				return o.finish(p, time.Since(start))
-			}
+		p := t.judge(obs)
+		line := progressLine(p, tty, st)
+		if tty {
+			fmt.Fprintf(o.Streams.Out, "\r\033[K%s", line)
+		} else if line != last {
+			fmt.Fprintf(o.Streams.Out, "%s %s\n", time.Now().Format("15:04:05"), line)
 		}
-		select {
-		case <-ctx.Done():
-			if tty {
-				fmt.Fprintln(o.Streams.Out)
-			}
-			if interrupted.Err() != nil {
-				return fmt.Errorf("interrupted after %s while waiting for %s (%s); nothing else was changed and the rollout goes on in the cluster: follow it with kubectl nvdriver status %s -w", time.Since(start).Round(time.Second), o.Name, last, o.Name)
-			}
-			return fmt.Errorf("timed out after %s waiting for %s to finish upgrading (%s); it goes on in the cluster: follow it with kubectl nvdriver status %s -w", o.Timeout, o.Name, last, o.Name)
-		case <-time.After(o.Interval):
+		last = line
+		if p.end == "" {
+			return false, nil
 		}
+		if tty {
+			fmt.Fprintln(o.Streams.Out)
+		}
+		result = o.finish(p, time.Since(start))
+		return true, nil
+	})
+	switch {
+	case err == nil:
+		return result
+	case !wait.Interrupted(err):
+		return err
 	}
+	if tty {
+		fmt.Fprintln(o.Streams.Out)
+	}
+	if interrupted.Err() != nil {
+		return fmt.Errorf("interrupted after %s while waiting for %s (%s); nothing else was changed and the rollout goes on in the cluster: follow it with kubectl nvdriver status %s -w", time.Since(start).Round(time.Second), o.Name, last, o.Name)
+	}
+	return fmt.Errorf("timed out after %s waiting for %s to finish upgrading (%s); it goes on in the cluster: follow it with kubectl nvdriver status %s -w", o.Timeout, o.Name, last, o.Name)
 }
 
 func (o *UpgradeOptions) finish(p progress, took time.Duration) error {

@@ -201,7 +201,7 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 				return fmt.Errorf("DaemonSet %s/%s exists and is not owned by NVIDIADriver %q: delete or rename it", ds.Namespace, ds.Name, d.Name)
 			}
 		}
-		if err := r.Client.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of an unstructured object
+		if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying DaemonSet %s: %w", ds.Name, err)
 		}
 		// Keep the server's answer: its generation and status say the new

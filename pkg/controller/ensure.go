@@ -3,17 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -57,45 +57,44 @@ func driverPodObjects(namespace string) []client.Object {
 	}
 }
 
-// EnsureDriverPodObjects creates what is missing and repairs what drifted;
-// it writes nothing when everything is in place. The controller runs it on
-// every change to the four objects (watched by name, see CacheOptions), and
-// an error is retried with backoff.
-func EnsureDriverPodObjects(ctx context.Context, r client.Reader, c client.Client, namespace string) error {
+// EnsureDriverPodObjects creates what is missing and repairs what drifted
+// (controllerutil.CreateOrPatch: read, set our intent, patch only a real
+// difference); it writes nothing when everything is in place. The controller
+// runs it on every change to the four objects (watched by name, see
+// CacheOptions), and an error is retried with backoff.
+func EnsureDriverPodObjects(ctx context.Context, c client.Client, namespace string) error {
+	c = client.WithFieldOwner(c, FieldManager)
 	for _, want := range driverPodObjects(namespace) {
-		have := want.DeepCopyObject().(client.Object)
-		err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
-		if apierrors.IsNotFound(err) {
-			if err := c.Create(ctx, want, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating %T %s: %w", want, want.GetName(), err)
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading %T %s: %w", want, want.GetName(), err)
-		}
-		if same(want, have) {
-			continue
-		}
-		want.SetResourceVersion(have.GetResourceVersion())
-		if err := c.Update(ctx, want, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("updating %T %s: %w", want, want.GetName(), err)
+		obj := want.DeepCopyObject().(client.Object)
+		if _, err := controllerutil.CreateOrPatch(ctx, c, obj, func() error { return setIntent(obj, want) }); err != nil {
+			return fmt.Errorf("ensuring %T %s: %w", want, want.GetName(), err)
 		}
 	}
 	return nil
 }
 
-func same(want, have client.Object) bool {
-	switch w := want.(type) {
-	case *rbacv1.ClusterRole:
-		return equality.Semantic.DeepEqual(w.Rules, have.(*rbacv1.ClusterRole).Rules)
-	case *rbacv1.ClusterRoleBinding:
-		h := have.(*rbacv1.ClusterRoleBinding)
-		return equality.Semantic.DeepEqual(w.RoleRef, h.RoleRef) && equality.Semantic.DeepEqual(w.Subjects, h.Subjects)
-	case *corev1.ConfigMap:
-		return equality.Semantic.DeepEqual(w.Data, have.(*corev1.ConfigMap).Data)
+// setIntent writes what we own of want into obj: our labels (others' stay)
+// and the content.
+func setIntent(obj, want client.Object) error {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	return true
+	maps.Copy(labels, want.GetLabels())
+	obj.SetLabels(labels)
+	switch w := want.(type) {
+	case *corev1.ServiceAccount:
+	case *rbacv1.ClusterRole:
+		obj.(*rbacv1.ClusterRole).Rules = w.Rules
+	case *rbacv1.ClusterRoleBinding:
+		o := obj.(*rbacv1.ClusterRoleBinding)
+		o.RoleRef, o.Subjects = w.RoleRef, w.Subjects
+	case *corev1.ConfigMap:
+		obj.(*corev1.ConfigMap).Data = w.Data
+	default:
+		return fmt.Errorf("no intent for %T", want)
+	}
+	return nil
 }
 
 // driverPodObjectsReconciler keeps the driver pods' objects in place: one
@@ -107,7 +106,7 @@ type driverPodObjectsReconciler struct {
 }
 
 func (r *driverPodObjectsReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	return reconcile.Result{}, EnsureDriverPodObjects(ctx, r.client, r.client, r.namespace)
+	return reconcile.Result{}, EnsureDriverPodObjects(ctx, r.client, r.namespace)
 }
 
 func setupDriverPodObjects(mgr ctrl.Manager, namespace string) error {

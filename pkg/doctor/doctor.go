@@ -443,18 +443,5 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-func selectorString(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
-	}
-	return strings.Join(parts, ",")
-}
-
 // DriverPodSelector selects driver pods of either driver type.
 var DriverPodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{render.DriverComponentRequirement()}}

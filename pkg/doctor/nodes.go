@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/nvdriver/nvdriver/pkg/plan"
@@ -115,7 +116,7 @@ func checkEmptyDaemonSets(s *Snapshot, _ *plan.Plan) []Finding {
 			out = append(out, Finding{Severity: Warning,
 				Message: fmt.Sprintf("DaemonSet %s/%s of %s selects no node (its nodeSelector matches nothing schedulable)", ds.Namespace, ds.Name, owner),
 				Objects: []string{"daemonset/" + ds.Namespace + "/" + ds.Name},
-				Fix:     fmt.Sprintf("kubectl get nodes -l %s", selectorString(ds.Spec.Template.Spec.NodeSelector))})
+				Fix:     fmt.Sprintf("kubectl get nodes -l %s", labels.SelectorFromSet(ds.Spec.Template.Spec.NodeSelector).String())})
 		}
 	}
 	return out

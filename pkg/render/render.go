@@ -177,10 +177,7 @@ func DaemonSet(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) *appsv1.D
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pool.DaemonSet, Namespace: opts.Namespace, Labels: dsLabels, Annotations: dsAnnotations,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver", Name: d.Name, UID: d.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, v1alpha1.GroupVersion.WithKind("NVIDIADriver"))},
 		},
 		Spec: appsv1.DaemonSetSpec{
 			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{LabelApp: pool.DaemonSet}},

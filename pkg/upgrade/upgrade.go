@@ -8,13 +8,13 @@ package upgrade
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
@@ -178,18 +178,12 @@ func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
 // MaxUnavailableNodes resolves maxUnavailable against the CR's node count: a
 // percentage rounds up, and the result is at least 1 (docs/design.md, "Upgrade budget").
 func MaxUnavailableNodes(v intstr.IntOrString, total int) int {
-	n := v.IntValue()
-	if v.Type == intstr.String {
-		pct, err := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%"))
-		if err != nil {
-			pct = 25
-		}
-		n = int(math.Ceil(float64(pct) * float64(total) / 100))
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, total, true)
+	if err != nil {
+		// Admission refuses anything else; a stored oddity gets the default.
+		n, _ = intstr.GetScaledValueFromIntOrPercent(ptr.To(intstr.FromString("25%")), total, true)
 	}
-	if n < 1 {
-		n = 1
-	}
-	return n
+	return max(n, 1)
 }
 
 // Action is something the executor does for a node.

@@ -580,7 +580,7 @@ func TestControllerEnsuresDriverPodObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.EnsureDriverPodObjects(ctx, c, c, driverNS); err != nil {
+	if err := controller.EnsureDriverPodObjects(ctx, c, driverNS); err != nil {
 		t.Fatal(err)
 	}
 	if w := writes.Load(); w != 0 {
@@ -591,7 +591,7 @@ func TestControllerEnsuresDriverPodObjects(t *testing.T) {
 	if err := k8s.Update(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.EnsureDriverPodObjects(ctx, c, c, driverNS); err != nil {
+	if err := controller.EnsureDriverPodObjects(ctx, c, driverNS); err != nil {
 		t.Fatal(err)
 	}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)
