@@ -154,178 +154,138 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 	if opts.Rules == "" {
 		opts.Rules = RulesNVDriver
 	}
-	p := Plan{Rules: opts.Rules, Uncovered: []string{}, Owner: make(map[string]string, len(nodes))}
+	pl := newPlanner(nodes, drivers, opts)
+	pl.route()
+	pl.buildPools()
+	pl.blockConflicts()
+	pl.applyNVIDIAImageRule()
+	pl.warn()
+	return pl.p
+}
 
-	live := make([]*v1alpha1.NVIDIADriver, 0, len(drivers))
+// planner holds one Compute: the live drivers by name, their outcomes and
+// the nodes in name order; each step below reads what the earlier ones left.
+type planner struct {
+	opts           Options
+	p              Plan
+	live           []*v1alpha1.NVIDIADriver // by name
+	byName         map[string]*v1alpha1.NVIDIADriver
+	out            map[string]*Driver // points into p.Drivers
+	workingDefault *v1alpha1.NVIDIADriver
+	nodes          []Node // by name
+	conflicted     bool
+}
+
+func newPlanner(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) *planner {
+	pl := &planner{opts: opts, p: Plan{Rules: opts.Rules, Uncovered: []string{}, Owner: make(map[string]string, len(nodes))}}
+	pl.live = make([]*v1alpha1.NVIDIADriver, 0, len(drivers))
 	for i := range drivers {
 		if drivers[i].DeletionTimestamp == nil {
-			live = append(live, &drivers[i])
+			pl.live = append(pl.live, &drivers[i])
 		}
 	}
-	sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
+	sort.Slice(pl.live, func(i, j int) bool { return pl.live[i].Name < pl.live[j].Name })
 
-	out := make(map[string]*Driver, len(live))
-	p.Drivers = make([]Driver, len(live))
-	for i, d := range live {
-		p.Drivers[i] = Driver{
+	pl.out = make(map[string]*Driver, len(pl.live))
+	pl.byName = make(map[string]*v1alpha1.NVIDIADriver, len(pl.live))
+	pl.p.Drivers = make([]Driver, len(pl.live))
+	for i, d := range pl.live {
+		pl.p.Drivers[i] = Driver{
 			Name: d.Name, DriverType: d.Spec.Type(), Default: d.Spec.Default,
 			SelectedNodes: []string{}, Pools: []Pool{}, Skipped: []Skipped{},
 			Conflicts: []Conflict{}, Warnings: []string{},
 		}
-		out[d.Name] = &p.Drivers[i]
+		pl.out[d.Name] = &pl.p.Drivers[i]
+		pl.byName[d.Name] = d
 	}
+	pl.workingDefault = pickDefault(pl.live, pl.out)
+	pl.nodes = slices.Clone(nodes)
+	sort.Slice(pl.nodes, func(i, j int) bool { return pl.nodes[i].Name < pl.nodes[j].Name })
+	return pl
+}
 
-	workingDefault := pickDefault(live, out)
+// route gives each GPU node to the one non-default driver whose selector
+// matches, else to the working default; two matches is a conflict and the
+// node keeps the owner it had. NVIDIA's operator fails closed: while any
+// conflict exists it changes no owner label anywhere.
+func (pl *planner) route() {
+	for _, n := range pl.nodes {
+		pl.routeNode(n)
+	}
+	if pl.conflicted && pl.opts.Rules == RulesGPUOperator {
+		for _, n := range pl.nodes {
+			pl.p.Owner[n.Name] = n.Labels[LabelOwner]
+		}
+	}
+}
 
-	sortedNodes := slices.Clone(nodes)
-	sort.Slice(sortedNodes, func(i, j int) bool { return sortedNodes[i].Name < sortedNodes[j].Name })
-
-	// Pass 1: routing. Each GPU node goes to the one non-default driver whose
-	// selector matches, else to the working default; two matches is a conflict
-	// and the node keeps the owner it had.
-	conflictNodes := map[string][]string{} // driver -> conflicted node names
-	for _, n := range sortedNodes {
-		if !IsGPUNode(n.Labels) {
-			p.Owner[n.Name] = ""
-			continue
-		}
-		var matched []*v1alpha1.NVIDIADriver
-		for _, d := range live {
-			if !d.Spec.Default && Selects(&d.Spec, n.Labels) {
-				matched = append(matched, d)
-			}
-		}
-		if len(matched) == 0 && workingDefault != nil {
-			matched = []*v1alpha1.NVIDIADriver{workingDefault}
-		}
-		if reason := excluded(n.Labels); reason != "" {
-			for _, d := range matched {
-				out[d.Name].Skipped = append(out[d.Name].Skipped, Skipped{Node: n.Name, Reason: reason})
-			}
-			p.Owner[n.Name] = ""
-			continue
-		}
-		switch len(matched) {
-		case 0:
-			p.Uncovered = append(p.Uncovered, n.Name)
-			p.Owner[n.Name] = ""
-		case 1:
-			p.Owner[n.Name] = matched[0].Name
-		default:
-			names := make([]string, len(matched))
-			for i, d := range matched {
-				names[i] = d.Name
-			}
-			for _, d := range matched {
-				out[d.Name].Conflicts = append(out[d.Name].Conflicts, Conflict{Node: n.Name, Drivers: names})
-				conflictNodes[d.Name] = append(conflictNodes[d.Name], n.Name)
-			}
-			// The node keeps the owner it had, if that CR still lives: a label
-			// naming a deleted CR would hold nothing but the node itself.
-			if prev := n.Labels[LabelOwner]; out[prev] != nil {
-				p.Owner[n.Name] = prev
-			} else {
-				p.Owner[n.Name] = ""
-			}
+func (pl *planner) routeNode(n Node) {
+	if !IsGPUNode(n.Labels) {
+		pl.p.Owner[n.Name] = ""
+		return
+	}
+	var matched []*v1alpha1.NVIDIADriver
+	for _, d := range pl.live {
+		if !d.Spec.Default && Selects(&d.Spec, n.Labels) {
+			matched = append(matched, d)
 		}
 	}
-
-	// NVIDIA's operator fails closed: while any conflict exists it changes no
-	// owner label anywhere.
-	if len(conflictNodes) > 0 && opts.Rules == RulesGPUOperator {
-		for _, n := range sortedNodes {
-			p.Owner[n.Name] = n.Labels[LabelOwner]
-		}
+	if len(matched) == 0 && pl.workingDefault != nil {
+		matched = []*v1alpha1.NVIDIADriver{pl.workingDefault}
 	}
-
-	// Pass 2: pools, from the final owners.
-	byName := make(map[string]*v1alpha1.NVIDIADriver, len(live))
-	for _, d := range live {
-		byName[d.Name] = d
-	}
-	type poolKey struct{ osTag, kernel string }
-	pools := map[string]map[poolKey]*Pool{}
-	// A node is in the pool of the driver it should run (its planned owner) and,
-	// while it is still labelled for another live driver, in that driver's pool
-	// too: the node is leaving, and its running driver must stay until the
-	// controller has emptied the node and moved the label (see pkg/upgrade).
-	type member struct {
-		n       Node
-		owner   string
-		leaving bool
-	}
-	var members []member
-	for _, n := range sortedNodes {
-		if owner := p.Owner[n.Name]; owner != "" {
-			members = append(members, member{n: n, owner: owner})
+	if reason := excluded(n.Labels); reason != "" {
+		for _, d := range matched {
+			pl.out[d.Name].Skipped = append(pl.out[d.Name].Skipped, Skipped{Node: n.Name, Reason: reason})
 		}
-		if cur := n.Labels[LabelOwner]; cur != "" && cur != p.Owner[n.Name] && byName[cur] != nil && IsGPUNode(n.Labels) && excluded(n.Labels) == "" {
-			members = append(members, member{n: n, owner: cur, leaving: true})
-		}
+		pl.p.Owner[n.Name] = ""
+		return
 	}
-	for _, m := range members {
-		n, owner := m.n, m.owner
-		d, ok := byName[owner]
-		if !ok {
-			continue
+	switch len(matched) {
+	case 0:
+		pl.p.Uncovered = append(pl.p.Uncovered, n.Name)
+		pl.p.Owner[n.Name] = ""
+	case 1:
+		pl.p.Owner[n.Name] = matched[0].Name
+	default:
+		pl.conflicted = true
+		names := make([]string, len(matched))
+		for i, d := range matched {
+			names[i] = d.Name
 		}
-		pd := out[owner]
-		if m.leaving {
-			pd.Leaving = append(pd.Leaving, n.Name)
+		for _, d := range matched {
+			pl.out[d.Name].Conflicts = append(pl.out[d.Name].Conflicts, Conflict{Node: n.Name, Drivers: names})
+		}
+		// The node keeps the owner it had, if that CR still lives: a label
+		// naming a deleted CR would hold nothing but the node itself.
+		if prev := n.Labels[LabelOwner]; pl.out[prev] != nil {
+			pl.p.Owner[n.Name] = prev
 		} else {
-			pd.SelectedNodes = append(pd.SelectedNodes, n.Name)
+			pl.p.Owner[n.Name] = ""
 		}
-		osTag, osSel, ok := OSTag(n.Labels)
-		if !ok {
-			if !m.leaving {
-				pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingOS})
-			}
-			continue
-		}
-		kernel := ""
-		if d.Spec.IsPrecompiled() {
-			kernel = n.Labels[LabelKernel]
-			if kernel == "" {
-				if !m.leaving {
-					pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingKernel})
-				}
-				continue
-			}
-		}
-		if pools[owner] == nil {
-			pools[owner] = map[poolKey]*Pool{}
-		}
-		key := poolKey{osTag, kernel}
-		pool := pools[owner][key]
-		if pool == nil {
-			sel := make(map[string]string, 5)
-			sel[LabelGPUPresent] = "true"
-			maps.Copy(sel, osSel)
-			if kernel != "" {
-				sel[LabelKernel] = kernel
-			}
-			sel[LabelOwner] = d.Name
-			img, err := Image(&d.Spec, osTag, kernel)
-			if err != nil && pd.Error == nil {
-				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve the driver image: %v", err)}
-			}
-			sidecars, err := SidecarImages(&d.Spec, osTag)
-			if err != nil && pd.Error == nil {
-				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve a sidecar image: %v", err)}
-			}
-			pool = &Pool{
-				OSTag: osTag, Kernel: kernel, Image: img, Sidecars: sidecars, Nodes: []string{}, NodeSelector: sel,
-				DaemonSet: DaemonSetName(d.Spec.Type(), osTag, string(d.UID), kernel),
-			}
-			pools[owner][key] = pool
-		}
-		pool.Nodes = append(pool.Nodes, n.Name)
-		if m.leaving {
-			pool.Leaving = append(pool.Leaving, n.Name)
-		}
+	}
+}
+
+type poolKey struct{ osTag, kernel string }
+
+// member is a node in a driver's pools: the driver it should run (its
+// planned owner) or, while it is still labelled for another live driver,
+// that driver too, as leaving: its running driver must stay until the
+// controller has emptied the node and moved the label (see pkg/upgrade).
+type member struct {
+	n       Node
+	owner   string
+	leaving bool
+}
+
+// buildPools groups each driver's nodes by (OS, kernel when precompiled),
+// from the final owners.
+func (pl *planner) buildPools() {
+	pools := map[string]map[poolKey]*Pool{}
+	for _, m := range pl.members() {
+		pl.addMember(pools, m)
 	}
 	for name, byKey := range pools {
-		pd := out[name]
+		pd := pl.out[name]
 		for _, pool := range byKey {
 			pd.Pools = append(pd.Pools, *pool)
 		}
@@ -336,11 +296,95 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 			return pd.Pools[i].Kernel < pd.Pools[j].Kernel
 		})
 	}
+}
 
-	// Conflicts, scoped to the drivers involved (or to all, under NVIDIA's rule).
+func (pl *planner) members() []member {
+	var members []member
+	for _, n := range pl.nodes {
+		if owner := pl.p.Owner[n.Name]; owner != "" {
+			members = append(members, member{n: n, owner: owner})
+		}
+		if cur := n.Labels[LabelOwner]; cur != "" && cur != pl.p.Owner[n.Name] && pl.byName[cur] != nil && IsGPUNode(n.Labels) && excluded(n.Labels) == "" {
+			members = append(members, member{n: n, owner: cur, leaving: true})
+		}
+	}
+	return members
+}
+
+func (pl *planner) addMember(pools map[string]map[poolKey]*Pool, m member) {
+	n, owner := m.n, m.owner
+	d, ok := pl.byName[owner]
+	if !ok {
+		return
+	}
+	pd := pl.out[owner]
+	if m.leaving {
+		pd.Leaving = append(pd.Leaving, n.Name)
+	} else {
+		pd.SelectedNodes = append(pd.SelectedNodes, n.Name)
+	}
+	osTag, osSel, ok := OSTag(n.Labels)
+	if !ok {
+		if !m.leaving {
+			pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingOS})
+		}
+		return
+	}
+	kernel := ""
+	if d.Spec.IsPrecompiled() {
+		kernel = n.Labels[LabelKernel]
+		if kernel == "" {
+			if !m.leaving {
+				pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingKernel})
+			}
+			return
+		}
+	}
+	if pools[owner] == nil {
+		pools[owner] = map[poolKey]*Pool{}
+	}
+	key := poolKey{osTag, kernel}
+	pool := pools[owner][key]
+	if pool == nil {
+		pool = newPool(d, pd, osTag, osSel, kernel)
+		pools[owner][key] = pool
+	}
+	pool.Nodes = append(pool.Nodes, n.Name)
+	if m.leaving {
+		pool.Leaving = append(pool.Leaving, n.Name)
+	}
+}
+
+// newPool resolves a pool's images, DaemonSet name and pod nodeSelector; an
+// image that cannot be resolved is the driver's InvalidSpec.
+func newPool(d *v1alpha1.NVIDIADriver, pd *Driver, osTag string, osSel map[string]string, kernel string) *Pool {
+	sel := make(map[string]string, 5)
+	sel[LabelGPUPresent] = "true"
+	maps.Copy(sel, osSel)
+	if kernel != "" {
+		sel[LabelKernel] = kernel
+	}
+	sel[LabelOwner] = d.Name
+	img, err := Image(&d.Spec, osTag, kernel)
+	if err != nil && pd.Error == nil {
+		pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve the driver image: %v", err)}
+	}
+	sidecars, err := SidecarImages(&d.Spec, osTag)
+	if err != nil && pd.Error == nil {
+		pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: fmt.Sprintf("cannot resolve a sidecar image: %v", err)}
+	}
+	return &Pool{
+		OSTag: osTag, Kernel: kernel, Image: img, Sidecars: sidecars, Nodes: []string{}, NodeSelector: sel,
+		DaemonSet: DaemonSetName(d.Spec.Type(), osTag, string(d.UID), kernel),
+	}
+}
+
+// blockConflicts blocks the drivers a conflict involves (or, under NVIDIA's
+// rule, every driver).
+func (pl *planner) blockConflicts() {
 	anyConflict := false
-	for _, d := range live {
-		pd := out[d.Name]
+	for _, d := range pl.live {
+		pd := pl.out[d.Name]
 		if len(pd.Conflicts) == 0 {
 			continue
 		}
@@ -349,26 +393,33 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 			pd.Error = &Problem{Reason: ReasonConflictingNodeSelector, Message: conflictMessage(pd)}
 		}
 	}
-	if anyConflict && opts.Rules == RulesGPUOperator {
-		for i := range p.Drivers {
-			if p.Drivers[i].Error == nil {
-				p.Drivers[i].Error = &Problem{Reason: ReasonConflictingNodeSelector,
+	if anyConflict && pl.opts.Rules == RulesGPUOperator {
+		for i := range pl.p.Drivers {
+			if pl.p.Drivers[i].Error == nil {
+				pl.p.Drivers[i].Error = &Problem{Reason: ReasonConflictingNodeSelector,
 					Message: "NVIDIA GPU Operator blocks every NVIDIADriver while any two select the same node"}
 			}
 		}
 	}
+}
 
-	if opts.Rules == RulesGPUOperator {
-		for _, d := range live {
-			if pd := out[d.Name]; pd.Error == nil {
-				if msg := nvidiaImageRule(&d.Spec); msg != "" {
-					pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: "NVIDIA's GPU Operator refuses this NVIDIADriver: " + msg}
-				}
+// applyNVIDIAImageRule refuses, under NVIDIA's rules, what its operator refuses.
+func (pl *planner) applyNVIDIAImageRule() {
+	if pl.opts.Rules != RulesGPUOperator {
+		return
+	}
+	for _, d := range pl.live {
+		if pd := pl.out[d.Name]; pd.Error == nil {
+			if msg := nvidiaImageRule(&d.Spec); msg != "" {
+				pd.Error = &Problem{Reason: ReasonInvalidSpec, Message: "NVIDIA's GPU Operator refuses this NVIDIADriver: " + msg}
 			}
 		}
 	}
-	for _, d := range live {
-		pd := out[d.Name]
+}
+
+func (pl *planner) warn() {
+	for _, d := range pl.live {
+		pd := pl.out[d.Name]
 		if !d.Spec.IsPrecompiled() && v1alpha1.IsBranch(d.Spec.Version) {
 			pd.Warnings = append(pd.Warnings, fmt.Sprintf(
 				"spec.version %q is a driver branch: NVIDIA publishes no driver image tagged with a bare branch unless usePrecompiled is true; use a full version such as %s.104.12", d.Spec.Version, d.Spec.Version))
@@ -377,7 +428,6 @@ func ComputeWith(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) Pl
 			pd.Warnings = append(pd.Warnings, "selects no GPU node")
 		}
 	}
-	return p
 }
 
 // nvidiaImageRule is NVIDIA's image rule, which has no defaults: with a
