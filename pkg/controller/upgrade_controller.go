@@ -404,7 +404,8 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 // execute carries out one decision: actions first, then the state label and
-// annotations in one patch (so the state never runs ahead of what was done).
+// annotations in one patch (so the state never runs ahead of what was done),
+// then the Events.
 func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, onNode, evictable []corev1.Pod, dec upgrade.Decision) error {
 	// Patches update node in place with the server's answer: a new
 	// resourceVersion means we wrote it.
@@ -414,6 +415,20 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			r.wrote(node.Name, pre)
 		}
 	}()
+	if done, err := r.runActions(ctx, node, driverPod, evictable, dec); err != nil || !done {
+		return err
+	}
+	moved, err := r.writeState(ctx, node, dec)
+	if err != nil {
+		return err
+	}
+	r.recordEvents(d, node, dec, moved)
+	return nil
+}
+
+// runActions does the decision's actions; done is false when the decision
+// must wait for the next pass (a GPU pod arrived before the driver restart).
+func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, driverPod *corev1.Pod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, err error) {
 	for _, a := range dec.Actions {
 		var err error
 		switch a {
@@ -433,10 +448,10 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			// the decision (the node is cordoned, but a bind can race the cordon).
 			onNode, lerr := r.podsOnNode(ctx, node.Name)
 			if lerr != nil {
-				return lerr
+				return false, lerr
 			}
 			if len(gpuPods(onNode)) > 0 {
-				return nil // the next pass sends the node back to pod-deletion-required
+				return false, nil // the next pass sends the node back to pod-deletion-required
 			}
 			// The machine only asks for this when the pod is out of sync.
 			if driverPod != nil && driverPod.DeletionTimestamp == nil {
@@ -446,9 +461,15 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("%s on %s: %w", a, node.Name, err)
+			return false, fmt.Errorf("%s on %s: %w", a, node.Name, err)
 		}
 	}
+	return true, nil
+}
+
+// writeState patches the state label, the owner label of a move and the
+// machine's annotations in one merge patch; it returns where a moved node went.
+func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, dec upgrade.Decision) (moved string, err error) {
 	meta := map[string]any{}
 	labels := map[string]any{}
 	if dec.From != dec.To {
@@ -458,7 +479,6 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			labels[upgrade.LabelState] = dec.To
 		}
 	}
-	moved := ""
 	for _, a := range dec.Actions {
 		if a != upgrade.ActMove {
 			continue
@@ -493,9 +513,13 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 	if len(meta) > 0 {
 		body, _ := json.Marshal(map[string]any{"metadata": meta})
 		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("setting upgrade state of %s: %w", node.Name, err)
+			return "", fmt.Errorf("setting upgrade state of %s: %w", node.Name, err)
 		}
 	}
+	return moved, nil
+}
+
+func (r *UpgradeReconciler) recordEvents(d *v1alpha1.NVIDIADriver, node *corev1.Node, dec upgrade.Decision, moved string) {
 	if moved != "" {
 		to := moved
 		if to == upgrade.MoveRelease {
@@ -510,7 +534,6 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, upgrade.EventReason, "Upgrade", "node %s: %s -> %s", node.Name, stateName(dec.From), dec.To)
 		}
 	}
-	return nil
 }
 
 func stateName(s string) string {
