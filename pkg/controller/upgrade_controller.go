@@ -131,20 +131,38 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 
-	inputs := make([]upgrade.Node, len(nodes.Items))
-	byName := map[string]*corev1.Node{}
+	ps, err := r.observe(ctx, policy, nodes.Items, pods, podObjs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.carryOut(ctx, d, ps, policy, now, passStart)
+}
+
+// pass is what one pass of the machine observed: its inputs per node, the
+// nodes and driver pods by node name, and the pods listed on the nodes that
+// needed it (with those the drain helper chose to evict), reused by the
+// actions the pass decides.
+type pass struct {
+	inputs    []upgrade.Node
+	byName    map[string]*corev1.Node
+	podObjs   map[string]*corev1.Pod
+	listed    map[string][]corev1.Pod
+	evictable map[string][]corev1.Pod
+}
+
+// observe builds the machine's inputs: each node's state, and the pods on
+// the nodes whose step reads them.
+func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []corev1.Node, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
+	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), byName: map[string]*corev1.Node{}, podObjs: podObjs,
+		listed: map[string][]corev1.Pod{}, evictable: map[string][]corev1.Pod{}}
 	// Nodes mid-upgrade need the pods on them (uncached, per node): read
 	// concurrently, so a pass at maxParallelUpgrades 100 is not 100 round trips long.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(passWorkers)
-	// The pods listed per node this pass, and the pods the drain helper
-	// chose to evict there, reused by the evictions the pass decides.
-	listed := map[string][]corev1.Pod{}
-	evictable := map[string][]corev1.Pod{}
 	var podsMu sync.Mutex
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		byName[n.Name] = n
+	for i := range nodes {
+		n := &nodes[i]
+		ps.byName[n.Name] = n
 		in := upgrade.Node{
 			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",
 			Unschedulable: n.Spec.Unschedulable, NotReady: !nodeReady(n), Annotations: n.Annotations, DriverPod: pods[n.Name],
@@ -152,7 +170,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if in.Annotations == nil {
 			in.Annotations = map[string]string{}
 		}
-		inputs[i] = in
+		ps.inputs[i] = in
 		// Pods on the node are listed (uncached, per node) only where the
 		// decision reads them: each LIST costs a round trip against the
 		// client's rate limit, and a rollout at maxParallelUpgrades 100 has
@@ -178,9 +196,9 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 				return err
 			}
 			podsMu.Lock()
-			listed[n.Name] = onNode
+			ps.listed[n.Name] = onNode
 			podsMu.Unlock()
-			in := &inputs[i]
+			in := &ps.inputs[i]
 			if in.State == upgrade.StateValidation {
 				in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
 				return nil
@@ -194,7 +212,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 				}
 				in.Refused = rm.refused
 				podsMu.Lock()
-				evictable[n.Name] = rm.evict
+				ps.evictable[n.Name] = rm.evict
 				podsMu.Unlock()
 			}
 			if policy.WaitForJobsSelector != "" {
@@ -204,9 +222,15 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return ctrl.Result{}, err
+		return nil, err
 	}
+	return ps, nil
 
+}
+
+// carryOut decides and carries out the pass, each node's decision
+// concurrently; it asks to run again while any node is in the machine.
+func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriver, ps *pass, policy upgrade.Policy, now, passStart time.Time) (ctrl.Result, error) {
 	busy := false
 	var (
 		mu       sync.Mutex
@@ -214,7 +238,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		exec     errgroup.Group
 	)
 	exec.SetLimit(passWorkers)
-	for _, dec := range upgrade.Decide(inputs, policy, now) {
+	for _, dec := range upgrade.Decide(ps.inputs, policy, now) {
 		if upgrade.InProgress(dec.To) || dec.To == upgrade.StateRequired {
 			busy = true
 		}
@@ -223,7 +247,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
-			if err := r.execute(ctx, d, byName[dec.Node], podObjs[dec.Node], listed[dec.Node], evictable[dec.Node], dec); err != nil {
+			if err := r.execute(ctx, d, ps.byName[dec.Node], ps.podObjs[dec.Node], ps.listed[dec.Node], ps.evictable[dec.Node], dec); err != nil {
 				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 				mu.Lock()
 				if firstErr == nil {
