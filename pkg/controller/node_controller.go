@@ -36,20 +36,37 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// GPU labels first, so a node NFD just found is planned as a GPU node.
-	nodes := snap.planNodes()
-	changes := make(map[string]map[string]*string, 0)
-	annChanges := make(map[string]map[string]*string, 0)
-	for i := range nodes {
-		for k, v := range plan.GPULabels(nodes[i].Labels) {
-			set(changes, nodes[i].Name, k, v)
-		}
-	}
 	running, err := r.nodesRunningDrivers(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	uncordon := map[string]bool{}
+	c := newNodeChanges()
+	// GPU labels first, so a node NFD just found is planned as a GPU node.
+	nodes := snap.planNodes()
+	for i := range nodes {
+		for k, v := range plan.GPULabels(nodes[i].Labels) {
+			set(c.labels, nodes[i].Name, k, v)
+		}
+	}
+	c.releaseLeftNodes(snap, p)
+	c.moveOwners(ctx, snap, nodes, p, running)
+	return ctrl.Result{}, r.patchNodes(ctx, c)
+}
+
+// nodeChanges are the label and annotation changes per node (nil = remove)
+// and the nodes to uncordon, written as one merge patch per node.
+type nodeChanges struct {
+	labels, annotations map[string]map[string]*string
+	uncordon            map[string]bool
+}
+
+func newNodeChanges() *nodeChanges {
+	return &nodeChanges{labels: map[string]map[string]*string{}, annotations: map[string]map[string]*string{}, uncordon: map[string]bool{}}
+}
+
+// releaseLeftNodes hands back, as they were, the nodes that left every
+// driver while the upgrade machine held them.
+func (c *nodeChanges) releaseLeftNodes(snap *snapshot, p plan.Plan) {
 	for i := range snap.nodes {
 		n := &snap.nodes[i]
 		state, ok := n.Labels[upgrade.LabelState]
@@ -58,16 +75,21 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		}
 		// The node left every driver (its CR was deleted, or it was relabelled
 		// to nothing) while the upgrade machine held it: hand it back as it was.
-		setNull(changes, n.Name, upgrade.LabelState)
+		setNull(c.labels, n.Name, upgrade.LabelState)
 		if upgrade.InProgress(state) && n.Spec.Unschedulable && n.Annotations[upgrade.AnnotationInitialUnsched] != "true" {
-			uncordon[n.Name] = true
+			c.uncordon[n.Name] = true
 		}
 		for _, k := range upgrade.NodeAnnotations {
 			if _, ok := n.Annotations[k]; ok {
-				setAnnotationNull(annChanges, n.Name, k)
+				setAnnotationNull(c.annotations, n.Name, k)
 			}
 		}
 	}
+}
+
+// moveOwners sets each node's owner label to its planned owner: directly
+// where no driver runs, else by asking the upgrade machine to move it.
+func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []plan.Node, p plan.Plan, running map[string]bool) {
 	for i, n := range nodes {
 		want, have := p.Owner[n.Name], n.Labels[plan.LabelOwner]
 		target := want
@@ -77,7 +99,7 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		moving := snap.nodes[i].Annotations[upgrade.AnnotationMoveTo]
 		if want == have {
 			if moving != "" { // the plan changed back: the move is off
-				setAnnotationNull(annChanges, n.Name, upgrade.AnnotationMoveTo)
+				setAnnotationNull(c.annotations, n.Name, upgrade.AnnotationMoveTo)
 			}
 			continue
 		}
@@ -85,9 +107,9 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 			// A driver runs here: swapping it under GPU jobs is what we never do.
 			// The upgrade machine cordons and empties the node, then moves it.
 			if moving != target {
-				setAnnotation(annChanges, n.Name, upgrade.AnnotationMoveTo, target)
+				setAnnotation(c.annotations, n.Name, upgrade.AnnotationMoveTo, target)
 				if st := n.Labels[upgrade.LabelState]; st == "" || st == upgrade.StateDone {
-					set(changes, n.Name, upgrade.LabelState, upgrade.StateRequired)
+					set(c.labels, n.Name, upgrade.LabelState, upgrade.StateRequired)
 				}
 			}
 			continue
@@ -97,16 +119,19 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		}
 		if want == "" {
 			if _, ok := n.Labels[plan.LabelOwner]; ok {
-				setNull(changes, n.Name, plan.LabelOwner)
+				setNull(c.labels, n.Name, plan.LabelOwner)
 			}
 			continue
 		}
-		set(changes, n.Name, plan.LabelOwner, want)
+		set(c.labels, n.Name, plan.LabelOwner, want)
 	}
+}
+
+func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges) error {
 	var firstErr error
-	for name := range annChanges {
-		if changes[name] == nil {
-			changes[name] = map[string]*string{}
+	for name := range c.annotations {
+		if c.labels[name] == nil {
+			c.labels[name] = map[string]*string{}
 		}
 	}
 	// Patched concurrently (bounded): on a fresh cluster of thousands of nodes
@@ -117,17 +142,17 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 		wg   sync.WaitGroup
 		work = make(chan string)
 	)
-	for range min(nodePatchWorkers, len(changes)) {
+	for range min(nodePatchWorkers, len(c.labels)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for name := range work {
-				labels := changes[name]
+				labels := c.labels[name]
 				patch := map[string]any{"metadata": map[string]any{"labels": labels}}
-				if a := annChanges[name]; len(a) > 0 {
+				if a := c.annotations[name]; len(a) > 0 {
 					patch["metadata"].(map[string]any)["annotations"] = a
 				}
-				if uncordon[name] {
+				if c.uncordon[name] {
 					patch["spec"] = map[string]any{"unschedulable": false}
 				}
 				body, _ := json.Marshal(patch)
@@ -144,12 +169,12 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 			}
 		}()
 	}
-	for name := range changes {
+	for name := range c.labels {
 		work <- name
 	}
 	close(work)
 	wg.Wait()
-	return ctrl.Result{}, firstErr
+	return firstErr
 }
 
 // nodePatchWorkers bounds the concurrent node patches of one labelling pass.
