@@ -243,11 +243,27 @@ func (o *PreviewOptions) print(p plan.Plan, dss []appsv1.DaemonSet) error {
 	return PrintPlanTable(w, p, dss, o.Output == "wide", output.NewStyles(w, *o.NoColor))
 }
 
-// PrintPlanTable renders a plan for people: one row per pool, then skipped
-// nodes, conflicts and uncovered GPU nodes.
+// PrintPlanTable renders a plan for people: one row per pool, then
+// conflicts, pending moves, skipped nodes, warnings and uncovered GPU nodes.
 func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss []appsv1.DaemonSet, wide bool, st *output.Styles) error {
-	// DaemonSet name -> the images its containers run (driver and sidecars),
-	// so a changed GDS or GDRCopy image shows as the roll it is.
+	headers := []string{"driver", "type", "nodes", "pool", "daemonset", "image", "change"}
+	if wide {
+		headers = append(headers, "node names")
+	}
+	existing := liveImages(dss)
+	var rows [][]string
+	for _, d := range p.Drivers {
+		rows = append(rows, driverRows(d, p.Owner, existing, wide, st)...)
+	}
+	if err := output.Table(w, headers, rows); err != nil {
+		return err
+	}
+	return printPlanSections(w, p, st)
+}
+
+// liveImages maps a DaemonSet name to the images its containers run (driver
+// and sidecars), so a changed GDS or GDRCopy image shows as the roll it is.
+func liveImages(dss []appsv1.DaemonSet) map[string]string {
 	existing := map[string]string{}
 	for _, ds := range dss {
 		var imgs []string
@@ -257,67 +273,71 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 		slices.Sort(imgs)
 		existing[ds.Name] = strings.Join(slices.Compact(imgs), " ")
 	}
-	headers := []string{"driver", "type", "nodes", "pool", "daemonset", "image", "change"}
-	if wide {
-		headers = append(headers, "node names")
+	return existing
+}
+
+// driverRows are a driver's table rows: one per pool, or one saying it has none.
+func driverRows(d plan.Driver, owner map[string]string, existing map[string]string, wide bool, st *output.Styles) [][]string {
+	name := d.Name
+	if d.Default {
+		name += " (default)"
+	}
+	if len(d.Pools) == 0 {
+		state := "-"
+		if d.Error != nil {
+			state = st.Bad(d.Error.Reason)
+		}
+		row := []string{name, string(d.DriverType), nodeCount(d), "<none>", "-", "-", state}
+		if wide {
+			row = append(row, "-")
+		}
+		return [][]string{row}
 	}
 	var rows [][]string
-	for _, d := range p.Drivers {
-		name := d.Name
-		if d.Default {
-			name += " (default)"
+	for i, pool := range d.Pools {
+		poolName := pool.OSTag
+		if pool.Kernel != "" {
+			poolName += "/" + pool.Kernel
 		}
-		if len(d.Pools) == 0 {
-			state := "-"
-			if d.Error != nil {
-				state = st.Bad(d.Error.Reason)
-			}
-			row := []string{name, string(d.DriverType), nodeCount(d), "<none>", "-", "-", state}
-			if wide {
-				row = append(row, "-")
-			}
-			rows = append(rows, row)
-			continue
+		first := []string{name, string(d.DriverType), nodeCount(d)}
+		if i > 0 {
+			first = []string{"", "", ""}
 		}
-		for i, pool := range d.Pools {
-			poolName := pool.OSTag
-			if pool.Kernel != "" {
-				poolName += "/" + pool.Kernel
-			}
-			change := "unchanged"
-			switch cur, ok := existing[pool.DaemonSet]; {
-			case !ok:
-				change = st.OK("create")
-			case cur != strings.Join(pool.Images(), " "):
-				change = st.Warn("update (rolls nodes)")
-			}
-			if len(pool.Leaving) > 0 {
-				losing := "losing " + leavingSummary(pool.Leaving, p.Owner)
-				if change == "unchanged" {
-					change = st.Warn(losing)
-				} else {
-					change += "; " + st.Warn(losing)
-				}
-			}
-			if d.Error != nil {
-				change = st.Bad("blocked: " + d.Error.Reason)
-			}
-			first := []string{name, string(d.DriverType), nodeCount(d)}
-			if i > 0 {
-				first = []string{"", "", ""}
-			}
-			row := append(first, poolName, pool.DaemonSet, pool.Image, change)
-			if wide {
-				row = append(row, poolNodeNames(pool, p.Owner))
-			}
-			rows = append(rows, row)
+		row := append(first, poolName, pool.DaemonSet, pool.Image, poolChange(d, pool, owner, existing, st))
+		if wide {
+			row = append(row, poolNodeNames(pool, owner))
 		}
+		rows = append(rows, row)
 	}
-	if err := output.Table(w, headers, rows); err != nil {
-		return err
-	}
+	return rows
+}
 
-	var skipped, conflicts, warnings [][]string
+// poolChange is what applying the plan does to a pool's DaemonSet.
+func poolChange(d plan.Driver, pool plan.Pool, owner map[string]string, existing map[string]string, st *output.Styles) string {
+	if d.Error != nil {
+		return st.Bad("blocked: " + d.Error.Reason)
+	}
+	change := "unchanged"
+	switch cur, ok := existing[pool.DaemonSet]; {
+	case !ok:
+		change = st.OK("create")
+	case cur != strings.Join(pool.Images(), " "):
+		change = st.Warn("update (rolls nodes)")
+	}
+	if len(pool.Leaving) > 0 {
+		losing := "losing " + leavingSummary(pool.Leaving, owner)
+		if change == "unchanged" {
+			return st.Warn(losing)
+		}
+		change += "; " + st.Warn(losing)
+	}
+	return change
+}
+
+// printPlanSections prints what the pool table does not show, each section
+// only when it has rows.
+func printPlanSections(w interface{ Write([]byte) (int, error) }, p plan.Plan, st *output.Styles) error {
+	var skipped, conflicts, warnings, moves [][]string
 	seenConflict := map[string]bool{}
 	for _, d := range p.Drivers {
 		for _, s := range d.Skipped {
@@ -332,6 +352,13 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 		for _, wmsg := range d.Warnings {
 			warnings = append(warnings, []string{d.Name, wmsg})
 		}
+		for _, n := range d.Leaving {
+			to := p.Owner[n]
+			if to == "" {
+				to = "<none>"
+			}
+			moves = append(moves, []string{n, d.Name, to})
+		}
 	}
 	section := func(title string, headers []string, rows [][]string) error {
 		if len(rows) == 0 {
@@ -341,27 +368,19 @@ func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss 
 		fmt.Fprintf(w, "\n%s\n", title)
 		return output.Table(w, headers, rows)
 	}
-	if err := section(st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), []string{"node", "selected by"}, conflicts); err != nil {
-		return err
-	}
-	var moves [][]string
-	for _, d := range p.Drivers {
-		for _, n := range d.Leaving {
-			to := p.Owner[n]
-			if to == "" {
-				to = "<none>"
-			}
-			moves = append(moves, []string{n, d.Name, to})
+	for _, sec := range []struct {
+		title   string
+		headers []string
+		rows    [][]string
+	}{
+		{st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), []string{"node", "selected by"}, conflicts},
+		{st.Warn(fmt.Sprintf("Pending moves (%d node(s)): each is cordoned and emptied of GPU pods before its driver changes", len(moves))), []string{"node", "from", "to"}, moves},
+		{fmt.Sprintf("Skipped nodes (%d)", len(skipped)), []string{"node", "driver", "reason", "why"}, skipped},
+		{st.Warn("Warnings"), []string{"driver", "warning"}, warnings},
+	} {
+		if err := section(sec.title, sec.headers, sec.rows); err != nil {
+			return err
 		}
-	}
-	if err := section(st.Warn(fmt.Sprintf("Pending moves (%d node(s)): each is cordoned and emptied of GPU pods before its driver changes", len(moves))), []string{"node", "from", "to"}, moves); err != nil {
-		return err
-	}
-	if err := section(fmt.Sprintf("Skipped nodes (%d)", len(skipped)), []string{"node", "driver", "reason", "why"}, skipped); err != nil {
-		return err
-	}
-	if err := section(st.Warn("Warnings"), []string{"driver", "warning"}, warnings); err != nil {
-		return err
 	}
 	if len(p.Uncovered) > 0 {
 		fmt.Fprintf(w, "\n%s %s\n", st.Warn(fmt.Sprintf("GPU nodes no NVIDIADriver covers (%d):", len(p.Uncovered))), strings.Join(p.Uncovered, ", "))
