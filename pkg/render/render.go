@@ -84,48 +84,66 @@ func DeployLabel(t v1alpha1.DriverType) string {
 
 // DaemonSet renders the driver DaemonSet of one pool.
 func DaemonSet(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) *appsv1.DaemonSet {
-	spec := &d.Spec
-	typ := spec.Type()
-	component := Component(typ)
 	if opts.ManagerImage == "" {
 		opts.ManagerImage = DefaultManagerImage
 	}
 	if opts.HostRoot == "" {
 		opts.HostRoot = "/"
 	}
+	labels := poolLabels(d, pool)
+	dsLabels := maps.Clone(labels)
+	dsLabels[LabelState] = StateDriver
+	var dsAnnotations map[string]string
+	podAnnotations := map[string]string{"kubectl.kubernetes.io/default-container": ContainerDriver}
+	if len(d.Spec.Annotations) > 0 {
+		dsAnnotations = maps.Clone(d.Spec.Annotations)
+		maps.Copy(podAnnotations, d.Spec.Annotations)
+	}
+	return &appsv1.DaemonSet{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pool.DaemonSet, Namespace: opts.Namespace, Labels: dsLabels, Annotations: dsAnnotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, v1alpha1.GroupVersion.WithKind("NVIDIADriver"))},
+		},
+		Spec: appsv1.DaemonSetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{LabelApp: pool.DaemonSet}},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations},
+				Spec:       podSpec(d, pool, opts),
+			},
+		},
+	}
+}
 
+// poolLabels are the DaemonSet's and its pods' labels: the user's first, so
+// ours win; app and app.kubernetes.io/* are never taken from the user
+// (admission rejects them; this guards objects admitted before).
+func poolLabels(d *v1alpha1.NVIDIADriver, pool plan.Pool) map[string]string {
+	spec := &d.Spec
 	labels := map[string]string{}
-	// User labels first, so ours win; app and app.kubernetes.io/* are never taken
-	// from the user (admission rejects them; this guards objects admitted before).
 	for k, v := range spec.Labels {
 		if k != LabelApp && !strings.HasPrefix(k, "app.kubernetes.io/") {
 			labels[k] = v
 		}
 	}
 	labels[LabelApp] = pool.DaemonSet
-	labels[LabelComponent] = component
+	labels[LabelComponent] = Component(spec.Type())
 	labels[LabelOSVersion] = pool.OSTag
 	labels[LabelPrecomp] = fmt.Sprint(spec.IsPrecompiled())
 	if pool.Kernel != "" {
 		labels[LabelPrecompKrn] = plan.SanitizeKernel(pool.Kernel)
 	}
-	podLabels := maps.Clone(labels)
-	dsLabels := maps.Clone(labels)
-	dsLabels[LabelState] = StateDriver
+	return labels
+}
 
-	var dsAnnotations map[string]string
-	podAnnotations := map[string]string{"kubectl.kubernetes.io/default-container": ContainerDriver}
-	if len(spec.Annotations) > 0 {
-		dsAnnotations = maps.Clone(spec.Annotations)
-		maps.Copy(podAnnotations, spec.Annotations)
-	}
-
+// podSpec is the driver pod: NVIDIA's shape (one per node, host PID, the
+// manager init container, the driver and its sidecars).
+func podSpec(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) corev1.PodSpec {
+	spec := &d.Spec
+	typ := spec.Type()
 	nodeSelector := map[string]string{DeployLabel(typ): "true"}
 	maps.Copy(nodeSelector, pool.NodeSelector)
-
-	digest := ConfigDigest(d, pool, opts)
-	resources := resourceRequirements(spec.Resources)
-
 	pod := corev1.PodSpec{
 		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
@@ -155,39 +173,30 @@ func DaemonSet(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) *appsv1.D
 		pod.TerminationGracePeriodSeconds = ptr.To[int64](120)
 	}
 	pod.ImagePullSecrets = pullSecrets(spec)
-
+	digest := ConfigDigest(d, pool, opts)
+	resources := resourceRequirements(spec.Resources)
 	pod.InitContainers = []corev1.Container{managerContainer(d, opts, digest, resources)}
-	pod.Containers = []corev1.Container{driverContainer(d, pool, digest, resources)}
+	pod.Containers = containers(d, pool, digest, resources)
+	pod.Volumes = volumes(d, pool, opts)
+	return pod
+}
+
+// containers are the driver container and the enabled sidecars.
+func containers(d *v1alpha1.NVIDIADriver, pool plan.Pool, digest string, resources corev1.ResourceRequirements) []corev1.Container {
+	spec := &d.Spec
+	out := []corev1.Container{driverContainer(d, pool, digest, resources)}
 	if v1alpha1.Enabled(rdma(spec).Enabled) {
-		pod.Containers = append(pod.Containers, peermemContainer(d, pool, resources))
+		out = append(out, peermemContainer(d, pool, resources))
 	}
-	if spec.GPUDirectStorage != nil && v1alpha1.Enabled(spec.GPUDirectStorage.Enabled) {
-		g := spec.GPUDirectStorage
-		pod.Containers = append(pod.Containers, sidecar(ContainerFS, pool.Sidecars[plan.SidecarGDS],
+	if g := spec.GPUDirectStorage; g != nil && v1alpha1.Enabled(g.Enabled) {
+		out = append(out, sidecar(ContainerFS, pool.Sidecars[plan.SidecarGDS],
 			g.ImagePullPolicy, "nvidia-gds-driver", "lsmod | grep nvidia_fs", g.Env, g.Args, resources))
 	}
-	if spec.GDRCopy != nil && v1alpha1.Enabled(spec.GDRCopy.Enabled) {
-		g := spec.GDRCopy
-		pod.Containers = append(pod.Containers, sidecar(ContainerGDRCopy, pool.Sidecars[plan.SidecarGDRCopy],
+	if g := spec.GDRCopy; g != nil && v1alpha1.Enabled(g.Enabled) {
+		out = append(out, sidecar(ContainerGDRCopy, pool.Sidecars[plan.SidecarGDRCopy],
 			g.ImagePullPolicy, "nvidia-gdrcopy-driver", "lsmod | grep gdrdrv", g.Env, g.Args, resources))
 	}
-	pod.Volumes = volumes(d, pool, opts)
-
-	return &appsv1.DaemonSet{
-		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: pool.DaemonSet, Namespace: opts.Namespace, Labels: dsLabels, Annotations: dsAnnotations,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, v1alpha1.GroupVersion.WithKind("NVIDIADriver"))},
-		},
-		Spec: appsv1.DaemonSetSpec{
-			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{LabelApp: pool.DaemonSet}},
-			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
-				Spec:       pod,
-			},
-		},
-	}
+	return out
 }
 
 func rdma(spec *v1alpha1.NVIDIADriverSpec) v1alpha1.GPUDirectRDMASpec {
