@@ -49,52 +49,68 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
 	}
 	pd := in.Plan
-
-	var notReady []string
-	upgrading, done, failed, total := 0, 0, 0, 0
+	var prog progressCounts
 	for _, pool := range pd.Pools {
-		ps := v1alpha1.PoolStatus{OSTag: pool.OSTag, Kernel: pool.Kernel, DaemonSet: pool.DaemonSet, Image: pool.Image,
-			Nodes: int32(len(pool.Nodes))}
-		ds := in.DaemonSets[pool.DaemonSet]
-		if ds != nil {
-			s := ds.Status
-			ps.Desired, ps.Ready, ps.Updated, ps.Available = s.DesiredNumberScheduled, s.NumberReady, s.UpdatedNumberScheduled, s.NumberAvailable
-		}
-		pending := 0
-		for _, n := range pool.Nodes {
-			if in.NodeOwners != nil && in.NodeOwners[n] != in.Driver.Name {
-				pending++
-			}
-		}
-		if pending > 0 {
-			notReady = append(notReady, fmt.Sprintf("%s: %d node(s) not yet handed to this driver", pool.DaemonSet, pending))
-		}
-		states := make([]string, len(pool.Nodes))
-		for i, n := range pool.Nodes {
-			states[i] = in.NodeStates[n]
-		}
-		total += len(states)
-		if counts := plan.UpgradeCounts(states); len(counts) > 0 {
-			ps.Upgrade = counts
-			for state, n := range counts {
-				if state != plan.UpgradeDone {
-					upgrading += int(n)
-				}
-			}
-			done += int(counts[plan.UpgradeDone])
-			failed += int(counts[plan.UpgradeFailed])
-		}
-		switch {
-		case ds == nil:
-			notReady = append(notReady, pool.DaemonSet+" not created yet")
-		case ds.Status.ObservedGeneration != ds.Generation:
-			notReady = append(notReady, pool.DaemonSet+" not yet observed by the DaemonSet controller")
-		case ps.Desired != ps.Updated || ps.Desired != ps.Available:
-			notReady = append(notReady, fmt.Sprintf("%s %d/%d available, %d/%d updated", pool.DaemonSet, ps.Available, ps.Desired, ps.Updated, ps.Desired))
-		}
-		st.Pools = append(st.Pools, ps)
+		st.Pools = append(st.Pools, poolStatus(in, pool, &prog))
 	}
+	setConditions(&st, pd, in.Failure, prog)
+	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type > st.Conditions[j].Type })
+	return st
+}
 
+// progressCounts add up the pools: nodes upgrading, done, failed and in all,
+// and what keeps the driver from Ready.
+type progressCounts struct {
+	upgrading, done, failed, total int
+	notReady                       []string
+}
+
+// poolStatus is one pool's status from its DaemonSet and its nodes' states.
+func poolStatus(in statusInput, pool plan.Pool, prog *progressCounts) v1alpha1.PoolStatus {
+	ps := v1alpha1.PoolStatus{OSTag: pool.OSTag, Kernel: pool.Kernel, DaemonSet: pool.DaemonSet, Image: pool.Image,
+		Nodes: int32(len(pool.Nodes))}
+	ds := in.DaemonSets[pool.DaemonSet]
+	if ds != nil {
+		s := ds.Status
+		ps.Desired, ps.Ready, ps.Updated, ps.Available = s.DesiredNumberScheduled, s.NumberReady, s.UpdatedNumberScheduled, s.NumberAvailable
+	}
+	pending := 0
+	for _, n := range pool.Nodes {
+		if in.NodeOwners != nil && in.NodeOwners[n] != in.Driver.Name {
+			pending++
+		}
+	}
+	if pending > 0 {
+		prog.notReady = append(prog.notReady, fmt.Sprintf("%s: %d node(s) not yet handed to this driver", pool.DaemonSet, pending))
+	}
+	states := make([]string, len(pool.Nodes))
+	for i, n := range pool.Nodes {
+		states[i] = in.NodeStates[n]
+	}
+	prog.total += len(states)
+	if counts := plan.UpgradeCounts(states); len(counts) > 0 {
+		ps.Upgrade = counts
+		for state, n := range counts {
+			if state != plan.UpgradeDone {
+				prog.upgrading += int(n)
+			}
+		}
+		prog.done += int(counts[plan.UpgradeDone])
+		prog.failed += int(counts[plan.UpgradeFailed])
+	}
+	switch {
+	case ds == nil:
+		prog.notReady = append(prog.notReady, pool.DaemonSet+" not created yet")
+	case ds.Status.ObservedGeneration != ds.Generation:
+		prog.notReady = append(prog.notReady, pool.DaemonSet+" not yet observed by the DaemonSet controller")
+	case ps.Desired != ps.Updated || ps.Desired != ps.Available:
+		prog.notReady = append(prog.notReady, fmt.Sprintf("%s %d/%d available, %d/%d updated", pool.DaemonSet, ps.Available, ps.Desired, ps.Updated, ps.Desired))
+	}
+	return ps
+}
+
+// setConditions sets Error and Ready and the state (docs/design.md, "Readiness").
+func setConditions(st *v1alpha1.NVIDIADriverStatus, pd *plan.Driver, failure error, prog progressCounts) {
 	setError := func(reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondError, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration})
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReady, Status: metav1.ConditionFalse, Reason: "Error", Message: msg, ObservedGeneration: st.ObservedGeneration})
@@ -103,22 +119,22 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 	switch {
 	case pd.Error != nil:
 		setError(pd.Error.Reason, pd.Error.Message)
-	case in.Failure != nil:
-		setError(ReasonReconcileFailed, in.Failure.Error())
+	case failure != nil:
+		setError(ReasonReconcileFailed, failure.Error())
 	default:
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondError, Status: metav1.ConditionFalse, Reason: ReasonReady, ObservedGeneration: st.ObservedGeneration})
 		reason, msg, status := ReasonReconciled, "All resources have been successfully reconciled", metav1.ConditionTrue
 		switch {
 		case len(pd.Pools) == 0:
 			reason, msg = ReasonNoMatchingNodes, noNodesMessage(pd)
-		case upgrading > 0:
-			msg = fmt.Sprintf("upgrading: %d/%d nodes done", done, total)
-			if failed > 0 {
-				msg += fmt.Sprintf(", %d failed", failed)
+		case prog.upgrading > 0:
+			msg = fmt.Sprintf("upgrading: %d/%d nodes done", prog.done, prog.total)
+			if prog.failed > 0 {
+				msg += fmt.Sprintf(", %d failed", prog.failed)
 			}
 			reason, status = ReasonUpgrading, metav1.ConditionFalse
-		case len(notReady) > 0:
-			reason, msg, status = ReasonDriverNotReady, "Waiting for driver pod to be ready: "+strings.Join(notReady, "; "), metav1.ConditionFalse
+		case len(prog.notReady) > 0:
+			reason, msg, status = ReasonDriverNotReady, "Waiting for driver pod to be ready: "+strings.Join(prog.notReady, "; "), metav1.ConditionFalse
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration})
 		st.State = v1alpha1.Ready
@@ -126,8 +142,6 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 			st.State = v1alpha1.NotReady
 		}
 	}
-	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type > st.Conditions[j].Type })
-	return st
 }
 
 func noNodesMessage(pd *plan.Driver) string {
