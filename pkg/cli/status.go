@@ -122,7 +122,10 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 // list, watch, and list again whenever the server closes a watch (an API
 // server restart, a compacted resource version), so -w never freezes. A frame
 // is printed only when it differs from the last one.
-func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
+// watchCache is the cache status -w reads, not yet started (the
+// NVIDIADrivers, the driver DaemonSets and node metadata) and a channel that
+// ticks on any change to them.
+func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache.Cache, <-chan struct{}, error) {
 	sel, _ := metav1.LabelSelectorAsSelector(&doctor.DriverPodSelector)
 	dsOpts := cache.ByObject{Label: sel}
 	if ns := namespaceFlag(o.Flags); ns != "" {
@@ -133,7 +136,7 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, Mapper: restMapper(),
 		ByObject: map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts}})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	changes := make(chan struct{}, 1)
 	notify := func() {
@@ -150,11 +153,19 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 	for _, obj := range []client.Object{&v1alpha1.NVIDIADriver{}, &appsv1.DaemonSet{}, nodeMeta} {
 		inf, err := informers.GetInformer(ctx, obj)
 		if err != nil {
-			return fmt.Errorf("watching: %w", err)
+			return nil, nil, fmt.Errorf("watching: %w", err)
 		}
 		if _, err := inf.AddEventHandler(handler); err != nil {
-			return err
+			return nil, nil, err
 		}
+	}
+	return informers, changes, nil
+}
+
+func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
+	informers, changes, err := o.watchCache(ctx, cfg)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -199,37 +199,7 @@ func nodeChanged(c client.Client) predicate.Funcs {
 
 // Setup registers the reconcilers with the manager.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
-		ref := metav1.GetControllerOf(o)
-		if ref == nil || ref.Kind != "NVIDIADriver" || ref.APIVersion != v1alpha1.GroupVersion.String() {
-			return nil
-		}
-		return []string{string(ref.UID)}
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podControllerIndex, func(o client.Object) []string {
-		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
-			return []string{string(ref.UID)}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
-		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Node{}, runByIndex, func(o client.Object) []string {
-		if by := upgrade.RunBy(o.GetLabels()[plan.LabelOwner], o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != "" {
-			return []string{by}
-		}
-		return nil
-	}); err != nil {
+	if err := registerIndexes(mgr); err != nil {
 		return err
 	}
 	c := mgr.GetClient()
@@ -282,6 +252,46 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
 		Complete(&NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans})
+}
+
+// registerIndexes adds the cache indexes the reconcilers look objects up by:
+// DaemonSets by owning CR, pods by DaemonSet and by node, nodes by the CR
+// whose upgrade machine carries them.
+func registerIndexes(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "NVIDIADriver" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+			return nil
+		}
+		return []string{string(ref.UID)}
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podControllerIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
+			return []string{string(ref.UID)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Node{}, runByIndex, func(o client.Object) []string {
+		if by := upgrade.RunBy(o.GetLabels()[plan.LabelOwner], o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != "" {
+			return []string{by}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return nil
 }
 
 // nodeToDrivers maps node events to the CRs they can affect. A change of
