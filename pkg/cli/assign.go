@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/cli/output"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -35,14 +34,17 @@ type AssignOptions struct {
 	Image       string
 	LabelKey    string
 	DryRun      string
-	Output      string
+	// PrintFlags are kubectl's -o (json, yaml, name, jsonpath=, go-template=…):
+	// with one, stdout holds the resulting object alone.
+	PrintFlags *genericclioptions.PrintFlags
 
 	createOnlySet []string // create-only flags the user gave
 }
 
 // NewCmdAssign builds the assign command.
 func NewCmdAssign(flags *genericclioptions.ConfigFlags, s streams) *cobra.Command {
-	o := &AssignOptions{Flags: flags, Streams: s, LabelKey: "driver.config", DryRun: "none", Type: string(v1alpha1.GPU)}
+	o := &AssignOptions{Flags: flags, Streams: s, LabelKey: "driver.config", DryRun: "none", Type: string(v1alpha1.GPU),
+		PrintFlags: genericclioptions.NewPrintFlags("").WithTypeSetter(scheme)}
 	cmd := &cobra.Command{
 		Use:   "assign NAME (--nodes a,b | -l SELECTOR) [--version V]",
 		Short: "Label nodes and create or update the NVIDIADriver that selects them, in one safe step",
@@ -86,7 +88,7 @@ NVIDIADriver fails. A node whose label had another value moves to NAME's driver.
 	cmd.Flags().StringVar(&o.LabelKey, "label-key", o.LabelKey, "node label that routes nodes to NAME")
 	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `"none", "client" (print what would change) or "server" (also validate every write on the server)`)
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "print the resulting NVIDIADriver: yaml or json")
+	o.PrintFlags.AddFlags(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("nodes", completeNodes(flags))
 	_ = cmd.RegisterFlagCompletionFunc("type", fixedCompletion("gpu", "vgpu", "vgpu-host-manager"))
 	_ = cmd.RegisterFlagCompletionFunc("dry-run", fixedCompletion("none", "client", "server"))
@@ -127,8 +129,10 @@ func (o *AssignOptions) Validate() error {
 	if err := oneOf("--dry-run", o.DryRun, "none", "client", "server"); err != nil {
 		return err
 	}
-	if err := oneOf("--output", o.Output, "", "yaml", "json"); err != nil {
-		return err
+	if o.output() != "" {
+		if _, err := o.PrintFlags.ToPrinter(); err != nil {
+			return err
+		}
 	}
 	if o.Version != "" {
 		if err := validateVersion(o.Version, o.Precompiled); err != nil {
@@ -449,7 +453,7 @@ func newConflicts(before, after plan.Plan) []plan.Conflict {
 // kubectl apply -o json does), so progress goes to stderr.
 func (o *AssignOptions) report(changes []nodeChange, action, suffix string) {
 	w := o.Streams.Out
-	if o.Output != "" {
+	if o.output() != "" {
 		w = o.Streams.ErrOut
 	}
 	verb := ""
@@ -473,16 +477,24 @@ func (o *AssignOptions) report(changes []nodeChange, action, suffix string) {
 }
 
 func (o *AssignOptions) printDriver(d *v1alpha1.NVIDIADriver) error {
-	if o.Output == "" {
+	if o.output() == "" {
 		return nil
 	}
 	d = d.DeepCopy()
-	d.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NVIDIADriver"}
 	d.ManagedFields = nil
-	if o.Output == "yaml" {
-		return output.YAML(o.Streams.Out, d)
+	p, err := o.PrintFlags.ToPrinter()
+	if err != nil {
+		return err
 	}
-	return output.JSON(o.Streams.Out, d)
+	return p.PrintObj(d, o.Streams.Out)
+}
+
+// output is the -o format, "" for the human report.
+func (o *AssignOptions) output() string {
+	if o.PrintFlags.OutputFormat == nil {
+		return ""
+	}
+	return *o.PrintFlags.OutputFormat
 }
 
 // completeNodes completes the names of GPU nodes (the only ones a driver

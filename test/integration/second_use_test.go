@@ -91,6 +91,16 @@ func TestAssignSecondUse(t *testing.T) {
 	if strings.Contains(out, "managedFields") || strings.Contains(out, "labelled") {
 		t.Errorf("assign -o yaml prints more than the object:\n%s", out)
 	}
+	// kubectl's other formats, from the same print flags: a script can ask
+	// for the name or one field.
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-2", "-o", "name")
+	if code != 0 || strings.TrimSpace(out) != "nvidiadriver.nvidia.com/su-gold" {
+		t.Errorf("assign -o name: exit %d, stdout %q\n%s", code, out, errOut)
+	}
+	code, out, errOut = plugin(t, "", "assign", "su-gold", "--nodes", "su-2", "-o", "jsonpath={.spec.version}")
+	if code != 0 || out != "550.127.05" {
+		t.Errorf("assign -o jsonpath: exit %d, stdout %q\n%s", code, out, errOut)
+	}
 	want := created.Spec.DeepCopy()
 	want.Version = "550.127.05"
 	got := getDriver(t, "su-gold")
