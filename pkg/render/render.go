@@ -473,6 +473,10 @@ func ConfigDigest(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) string
 		UsePrecompiled    bool
 		SecretEnv         string
 		ManagerEnv        []v1alpha1.EnvVar
+		// ImagePullPolicies is always empty and stays: the digest is a hash
+		// of this struct's JSON, and dropping a field would change every
+		// pool's digest, so upgrading the controller would restart every
+		// driver pod for nothing (docs/design.md, "Config digest").
 		ImagePullPolicies string
 	}{
 		Type: s.Type(), Image: pool.Image, Manager: plan.ManagerImage(s.Manager, opts.ManagerImage),
