@@ -458,21 +458,21 @@ func sidecar(name, image, policy, installer, probeCmd string, env []v1alpha1.Env
 func ConfigDigest(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) string {
 	s := &d.Spec
 	in := struct {
-		Type              v1alpha1.DriverType
-		Image, Manager    string
-		KernelModuleType  v1alpha1.KernelModuleType
-		Args              []string
-		Env               []v1alpha1.EnvVar
-		RDMA              *v1alpha1.GPUDirectRDMASpec
-		GDS               *v1alpha1.GPUDirectStorageSpec
-		GDRCopy           *v1alpha1.GDRCopySpec
-		Repo, Cert, Kmod  string
-		Licensing         *v1alpha1.DriverLicensingConfigSpec
-		Topology          string
-		Kernel, HostRoot  string
-		UsePrecompiled    bool
-		SecretEnv         string
-		ManagerEnv        []v1alpha1.EnvVar
+		Type             v1alpha1.DriverType
+		Image, Manager   string
+		KernelModuleType v1alpha1.KernelModuleType
+		Args             []string
+		Env              []v1alpha1.EnvVar
+		RDMA             *v1alpha1.GPUDirectRDMASpec
+		GDS              *v1alpha1.GPUDirectStorageSpec
+		GDRCopy          *v1alpha1.GDRCopySpec
+		Repo, Cert, Kmod string
+		Licensing        *v1alpha1.DriverLicensingConfigSpec
+		Topology         string
+		Kernel, HostRoot string
+		UsePrecompiled   bool
+		SecretEnv        string
+		ManagerEnv       []v1alpha1.EnvVar
 		// ImagePullPolicies is always empty and stays: the digest is a hash
 		// of this struct's JSON, and dropping a field would change every
 		// pool's digest, so upgrading the controller would restart every
