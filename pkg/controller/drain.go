@@ -131,3 +131,19 @@ func (r *UpgradeReconciler) evictPods(ctx context.Context, pods []corev1.Pod) er
 	}
 	return nil
 }
+
+// unselectedGPUPods are the GPU pods on the node the drain's targets leave
+// out, as refusals naming the field to change.
+func unselectedGPUPods(onNode, targets []corev1.Pod) []string {
+	selected := map[string]bool{}
+	for _, p := range targets {
+		selected[p.Namespace+"/"+p.Name] = true
+	}
+	var out []string
+	for _, p := range gpuPods(onNode) {
+		if key := p.Namespace + "/" + p.Name; !selected[key] && p.DeletionTimestamp == nil {
+			out = append(out, key+" (a GPU pod spec.upgradePolicy.drain.podSelector does not select, and the driver cannot restart under it: widen the selector or remove the pod)")
+		}
+	}
+	return out
+}

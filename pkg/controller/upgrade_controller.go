@@ -215,6 +215,14 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 				ps.evictable[n.Name] = rm.evict
 				podsMu.Unlock()
 			}
+			if in.State == upgrade.StateDrain {
+				// The driver never restarts under a GPU pod: one the drain's
+				// selector leaves is refused too (else the node would go back
+				// and forth between pod deletion and the drain).
+				unselected := unselectedGPUPods(onNode, targets)
+				in.Refused = append(in.Refused, unselected...)
+				in.GPUPods += len(unselected)
+			}
 			if policy.WaitForJobsSelector != "" {
 				in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
 			}

@@ -17,7 +17,9 @@ import (
 // pod with an emptyDir stays, and under force: false an unmanaged GPU pod
 // stays; each node ends upgrade-failed, still cordoned, with a reason naming
 // the pod, and nothing is evicted. With drain.enable the failed deletion
-// hands over to the drain, which removes only what its podSelector matches.
+// hands over to the drain, which removes only what its podSelector matches;
+// a GPU pod the selector leaves fails the node instead of restarting the
+// driver under it.
 func TestUpgradeHonoursRemovalRules(t *testing.T) {
 	const ns = "e2e-removal"
 	applyStdin(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
@@ -27,7 +29,8 @@ func TestUpgradeHonoursRemovalRules(t *testing.T) {
 	}
 	labelNodes(t, "rm", "strict", "gpu-node-1", "gpu-node-2")
 	labelNodes(t, "rm", "drain", "gpu-node-3")
-	deleteCRs(t, "rm-strict", "rm-drain")
+	labelNodes(t, "rm", "narrow", "gpu-node-5")
+	deleteCRs(t, "rm-strict", "rm-drain", "rm-narrow")
 	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
 kind: NVIDIADriver
 metadata: {name: rm-strict}
@@ -50,9 +53,24 @@ spec:
     maxUnavailable: "100%"
     podDeletion: {force: false, deleteEmptyDir: false, timeoutSeconds: 120}
     drain: {enable: true, force: true, deleteEmptyDir: true, podSelector: "drain=yes", timeoutSeconds: 120}
+---
+apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: rm-narrow}
+spec:
+  version: "535.104.12"
+  nodeSelector: {rm: narrow}
+  upgradePolicy:
+    maxParallelUpgrades: 0
+    maxUnavailable: "100%"
+    podDeletion: {force: false, deleteEmptyDir: false, timeoutSeconds: 120}
+    drain: {enable: true, force: true, deleteEmptyDir: true, podSelector: "drain=yes", timeoutSeconds: 120}
 `)
 	eventually(t, 2*time.Minute, "both CRs on the old version", func() error {
 		if err := allNodesIn(t, "rm-strict", 2, upgrade.StateDone); err != nil {
+			return err
+		}
+		if err := allNodesIn(t, "rm-narrow", 1, upgrade.StateDone); err != nil {
 			return err
 		}
 		return allNodesIn(t, "rm-drain", 1, upgrade.StateDone)
@@ -95,10 +113,12 @@ spec:
 `, ns)+pod("bare-gpu", "gpu-node-2", "app: bare", true, false)+
 		pod("drain-gpu", "gpu-node-3", "drain: \"yes\"", true, true)+
 		pod("drain-cpu", "gpu-node-3", "drain: \"yes\"", false, false)+
-		pod("stay-cpu", "gpu-node-3", "app: stay", false, false))
+		pod("stay-cpu", "gpu-node-3", "app: stay", false, false)+
+		// gpu-node-5: a GPU pod with scratch space the drain's selector misses.
+		pod("narrow-gpu", "gpu-node-5", "app: narrow", true, true))
 	eventually(t, time.Minute, "the workload pods running", func() error {
 		out := kubectl(t, "get", "pods", "-n", ns, "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.phase} {end}")
-		if strings.Count(out, "=Running") != 5 {
+		if strings.Count(out, "=Running") != 6 {
 			return fmt.Errorf("pods: %s", out)
 		}
 		return nil
@@ -107,8 +127,14 @@ spec:
 
 	kubectl(t, "patch", "nvidiadriver/rm-strict", "--type=merge", `-p={"spec":{"version":"550.90.07"}}`)
 	kubectl(t, "patch", "nvidiadriver/rm-drain", "--type=merge", `-p={"spec":{"version":"550.90.07"}}`)
-	eventually(t, 2*time.Minute, "rm-strict's nodes failed, rm-drain's done", func() error {
+	kubectl(t, "patch", "nvidiadriver/rm-narrow", "--type=merge", `-p={"spec":{"version":"550.90.07"}}`)
+	eventually(t, 2*time.Minute, "rm-strict's and rm-narrow's nodes failed, rm-drain's done", func() error {
 		if err := allNodesIn(t, "rm-strict", 2, upgrade.StateFailed); err != nil {
+			return err
+		}
+		// Not back and forth between pod deletion and the drain: failed,
+		// naming the pod the selector leaves.
+		if err := allNodesIn(t, "rm-narrow", 1, upgrade.StateFailed); err != nil {
 			return err
 		}
 		return allNodesIn(t, "rm-drain", 1, upgrade.StateDone)
@@ -121,7 +147,7 @@ spec:
 		}
 	}
 	pods := kubectl(t, "get", "pods", "-n", ns, "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName}/{.metadata.deletionTimestamp} {end}")
-	for _, want := range []string{scratchPod + "=gpu-node-1/ ", "bare-gpu=gpu-node-2/ ", "stay-cpu=gpu-node-3/ "} {
+	for _, want := range []string{scratchPod + "=gpu-node-1/ ", "bare-gpu=gpu-node-2/ ", "stay-cpu=gpu-node-3/ ", "narrow-gpu=gpu-node-5/ "} {
 		if !strings.Contains(pods+" ", want) {
 			t.Errorf("pod %s was removed, or moved: %s", strings.Split(want, "=")[0], pods)
 		}
@@ -141,11 +167,20 @@ spec:
 		}
 	}
 
+	narrow := kubectl(t, "get", "events", "-A", "--field-selector", "involvedObject.name=rm-narrow", "-o", "jsonpath={range .items[*]}{.note}{.message}{\"\\n\"}{end}")
+	if want := "node gpu-node-5: upgrade failed: spec.upgradePolicy.drain does not allow removing " + ns + "/narrow-gpu (a GPU pod spec.upgradePolicy.drain.podSelector does not select"; !strings.Contains(narrow, want) {
+		t.Errorf("no event %q in\n%s", want, narrow)
+	}
+
 	// Allowing both kinds and retrying the nodes (NVIDIA's way: relabel)
 	// finishes the rollout.
 	kubectl(t, "patch", "nvidiadriver/rm-strict", "--type=merge", `-p={"spec":{"upgradePolicy":{"podDeletion":{"force":true,"deleteEmptyDir":true}}}}`)
-	kubectl(t, "label", "node", "gpu-node-1", "gpu-node-2", upgrade.LabelState+"="+upgrade.StateRequired, "--overwrite")
-	eventually(t, 2*time.Minute, "rm-strict done after the retry", func() error {
+	kubectl(t, "delete", "pod", "narrow-gpu", "-n", ns, "--wait=true", "--timeout=60s")
+	kubectl(t, "label", "node", "gpu-node-1", "gpu-node-2", "gpu-node-5", upgrade.LabelState+"="+upgrade.StateRequired, "--overwrite")
+	eventually(t, 2*time.Minute, "rm-strict and rm-narrow done after the retry", func() error {
+		if err := allNodesIn(t, "rm-narrow", 1, upgrade.StateDone); err != nil {
+			return err
+		}
 		return allNodesIn(t, "rm-strict", 2, upgrade.StateDone)
 	})
 }
