@@ -5,8 +5,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"k8s.io/apimachinery/pkg/labels"
 	"os"
+
+	"k8s.io/apimachinery/pkg/labels"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,9 +26,6 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/version"
 )
-
-// LeaseName is the leader-election Lease; doctor judges liveness by it.
-const LeaseName = v1alpha1.ControllerLeaseName
 
 const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
 
@@ -129,7 +127,7 @@ func run() int {
 		HealthProbeBindAddress:        probeAddr,
 		PprofBindAddress:              *pprofAddr,
 		LeaderElection:                leaderElect,
-		LeaderElectionID:              LeaseName,
+		LeaderElectionID:              v1alpha1.ControllerLeaseName,
 		LeaderElectionNamespace:       leNamespace,
 		LeaderElectionReleaseOnCancel: true,
 	})

@@ -66,11 +66,7 @@ spec:
 	eventually(t, 3*time.Minute, "crash on 50 nodes", func() error { return allNodesIn(t, "crash", total, upgrade.StateDone) })
 
 	// One GPU job per schedulable node, pinned (not rescheduled once evicted).
-	applyStdin(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", gpuNS))
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "namespace", gpuNS, "--wait=true", "--timeout=60s") })
-	if out, err := run("kubectl", "create", "serviceaccount", "default", "-n", gpuNS); err != nil && !strings.Contains(out, "already exists") {
-		t.Fatalf("%v: %s", err, out)
-	}
+	workloadNamespace(t, gpuNS)
 	var jobs strings.Builder
 	for _, n := range nodes {
 		if n == "cr-7" {

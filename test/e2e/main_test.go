@@ -277,3 +277,15 @@ func installChartRBAC() error {
 	controllerKubeconfig = f.Name()
 	return clientcmd.WriteToFile(*cfg, controllerKubeconfig)
 }
+
+// workloadNamespace creates a namespace for test workloads, deleted at the
+// end, with its "default" ServiceAccount (the ServiceAccount admission plugin
+// needs it, and kube-controller-manager may not have made it yet).
+func workloadNamespace(t *testing.T, ns string) {
+	t.Helper()
+	applyStdin(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns))
+	t.Cleanup(func() { _, _ = run("kubectl", "delete", "namespace", ns, "--wait=true", "--timeout=60s") })
+	if out, err := run("kubectl", "create", "serviceaccount", "default", "-n", ns); err != nil && !strings.Contains(out, "already exists") {
+		t.Fatalf("creating the ServiceAccount in %s: %v\n%s", ns, err, out)
+	}
+}

@@ -53,11 +53,7 @@ spec: {default: true, version: "550.90.07", upgradePolicy: {podDeletion: {force:
 `) // the GPU job below is a bare pod: force lets the move evict it
 	wantVersion := map[string]string{"mv-b": "550.54.15", "mv-default": "550.90.07"}[to]
 	eventually(t, 90*time.Second, "mv-a on gpu-node-3", func() error { return allNodesIn(t, "mv-a", 1, upgrade.StateDone) })
-	applyStdin(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", gpuNS))
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "namespace", gpuNS, "--wait=true", "--timeout=60s") })
-	if out, err := run("kubectl", "create", "serviceaccount", "default", "-n", gpuNS); err != nil && !strings.Contains(out, "already exists") {
-		t.Fatalf("%v: %s", err, out)
-	}
+	workloadNamespace(t, gpuNS)
 	applyStdin(t, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: job, namespace: %s}

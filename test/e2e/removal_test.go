@@ -22,11 +22,7 @@ import (
 // driver under it.
 func TestUpgradeHonoursRemovalRules(t *testing.T) {
 	const ns = "e2e-removal"
-	applyStdin(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "namespace", ns, "--wait=true", "--timeout=60s") })
-	if out, err := run("kubectl", "create", "serviceaccount", "default", "-n", ns); err != nil && !strings.Contains(out, "already exists") {
-		t.Fatalf("creating the ServiceAccount: %v\n%s", err, out)
-	}
+	workloadNamespace(t, ns)
 	labelNodes(t, "rm", "strict", "gpu-node-1", "gpu-node-2")
 	labelNodes(t, "rm", "drain", "gpu-node-3")
 	labelNodes(t, "rm", "narrow", "gpu-node-5")

@@ -25,13 +25,7 @@ const gpuNS = "e2e-gpu"
 // PodDisruptionBudget that lets one go at a time.
 func gpuWorkloads(t *testing.T, nodes []string) {
 	t.Helper()
-	applyStdin(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", gpuNS))
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "namespace", gpuNS, "--wait=true", "--timeout=60s") })
-	// The ServiceAccount admission plugin needs "default"; kube-controller-manager
-	// may not have made it yet.
-	if out, err := run("kubectl", "create", "serviceaccount", "default", "-n", gpuNS); err != nil && !strings.Contains(out, "already exists") {
-		t.Fatalf("creating the ServiceAccount: %v\n%s", err, out)
-	}
+	workloadNamespace(t, gpuNS)
 	// A Deployment (so evicted pods come back elsewhere) spread over the GPU
 	// nodes, behind a PodDisruptionBudget that lets one go at a time.
 	applyStdin(t, fmt.Sprintf(`apiVersion: policy/v1
