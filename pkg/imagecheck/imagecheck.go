@@ -89,11 +89,11 @@ type Checker struct {
 	// Transport carries the registry requests (nil: remote.DefaultTransport).
 	Transport http.RoundTripper
 	// Timeout bounds one check (default 10s).
-	Timeout            time.Duration
-	TTL                time.Duration // default 10m
-	MinBackoff         time.Duration // default 30s
-	MaxBackoff         time.Duration // default 10m
-	Now                func() time.Time
+	Timeout    time.Duration
+	TTL        time.Duration // default 10m
+	MinBackoff time.Duration // default 30s
+	MaxBackoff time.Duration // default 10m
+	Now        func() time.Time
 	// OnRequest is told of every check that reaches the registry.
 	OnRequest func(Result)
 
