@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-
-	"k8s.io/apimachinery/pkg/labels"
+	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -56,6 +58,9 @@ func run() int {
 	burst := flag.Int("kube-api-burst", 400, "client burst to kube-apiserver")
 	validationSelector := flag.String("validation-pod-selector", "", "label selector of pods that must be Ready on a node before its upgrade validates (e.g. app=nvidia-operator-validator); empty: the driver pod alone")
 	validationTimeout := flag.Duration("validation-timeout", 0, "how long a new driver pod may take to become Ready before its node is marked upgrade-failed (default 10m)")
+	imageCheck := flag.String("image-check", controller.ImageCheckEnforce, "ask the registry before creating a pool or rolling it to a new image: enforce (a missing image holds the pool), warn (report only) or off")
+	imageBackoff := flag.Duration("image-check-backoff", 30*time.Second, "first re-check of an image that is missing or could not be checked; doubles up to --image-check-max-backoff")
+	imageMaxBackoff := flag.Duration("image-check-max-backoff", 10*time.Minute, "longest wait between two checks of a missing image")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -65,6 +70,10 @@ func run() int {
 	}
 	if leNamespace == "" {
 		leNamespace = namespace
+	}
+	if !slices.Contains(controller.ImageCheckModes, *imageCheck) {
+		fmt.Fprintf(os.Stderr, "error: --image-check %q: want one of %s\n", *imageCheck, strings.Join(controller.ImageCheckModes, ", "))
+		return 1
 	}
 	if *validationSelector != "" {
 		if _, err := labels.Parse(*validationSelector); err != nil {
@@ -135,14 +144,15 @@ func run() int {
 		logger.Error(err, "creating the manager")
 		return 1
 	}
-	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout, ValidationPodSelector: *validationSelector}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout, ValidationPodSelector: *validationSelector,
+		ImageCheck: *imageCheck, ImageCheckBackoff: *imageBackoff, ImageCheckMaxBackoff: *imageMaxBackoff}); err != nil {
 		logger.Error(err, "setting up the controllers")
 		return 1
 	}
 	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
 
-	logger.Info("starting", "version", version.Version, "namespace", namespace, "leaderElection", leaderElect)
+	logger.Info("starting", "version", version.Version, "namespace", namespace, "leaderElection", leaderElect, "imageCheck", *imageCheck)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		logger.Error(err, "manager stopped")
 		return 1

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
 )
@@ -42,6 +44,8 @@ const (
 	EventDeleted  = "DaemonSetDeleted"
 	EventConflict = "ConflictingNodeSelector"
 	EventDefault  = "ConflictingDefault"
+	// EventImageFound: a held pool's image appeared and its rollout goes on.
+	EventImageFound = "ImageFound"
 )
 
 // DriverReconciler turns one NVIDIADriver into its pool DaemonSets and status.
@@ -54,6 +58,9 @@ type DriverReconciler struct {
 	// APIReader reads what is not cached (the secretEnv Secret's existence,
 	// by name in the driver namespace: never a cluster-wide Secret watch).
 	APIReader client.Reader
+	// Images checks the registry before a pool is created or given a new
+	// image (nil: off).
+	Images *imageGate
 
 	plans *planCache
 }
@@ -96,10 +103,12 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	var failure error
+	var images *imageVerdict
 	// A driver in error keeps its existing DaemonSets (its nodes keep running)
 	// but gets no new ones: fail closed for the CRs involved, and only for them.
 	if pd.Error == nil {
-		failure = r.applyPools(ctx, d, pd, owned)
+		images = r.Images.check(ctx, d, pd.Pools, owned, snap.platformOf())
+		failure = r.applyPools(ctx, d, pd, owned, images)
 		if failure == nil {
 			failure = r.deleteStale(ctx, d, pd, owned)
 		}
@@ -122,17 +131,42 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		owners[n.Name] = n.Labels[plan.LabelOwner]
 	}
-	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure})
+	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure, Images: images})
+	r.eventOnImages(d, st)
 	if err := r.writeStatus(ctx, d, st); err != nil {
 		return ctrl.Result{}, err
 	}
 	recordState(d.Name, st.State)
+	var res ctrl.Result
 	if missing {
 		// Valid at admission, impossible at runtime: reported in the status
 		// (and by doctor), looked at again calmly rather than retried hot.
-		return ctrl.Result{RequeueAfter: recheckMissing}, nil
+		res.RequeueAfter = recheckMissing
+	}
+	if images != nil && !images.next.IsZero() {
+		// An image that was missing or could not be checked is asked about
+		// again when its answer goes stale (the checker's backoff).
+		if after := max(time.Until(images.next), time.Second); res.RequeueAfter == 0 || after < res.RequeueAfter {
+			res.RequeueAfter = after
+		}
+	}
+	if res.RequeueAfter > 0 && (failure == nil || missing) {
+		return res, nil
 	}
 	return ctrl.Result{}, failure
+}
+
+// eventOnImages tells of a pool held for a missing image, and of its release.
+func (r *DriverReconciler) eventOnImages(d *v1alpha1.NVIDIADriver, st v1alpha1.NVIDIADriverStatus) {
+	was := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionImageAvailable)
+	now := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionImageAvailable)
+	wasMissing := was != nil && was.Reason == imagecheck.ReasonMissing
+	switch {
+	case now != nil && now.Reason == imagecheck.ReasonMissing && !wasMissing:
+		r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, EventImageMissing, "CheckImage", "%s", now.Message)
+	case wasMissing && now != nil && now.Status == metav1.ConditionTrue:
+		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventImageFound, "CheckImage", "The registry now has the image(s) that were missing; the rollout goes on")
+	}
 }
 
 // checkSecretEnv: the Secret spec.secretEnv names must exist in the driver
@@ -168,9 +202,14 @@ func (r *DriverReconciler) ownedDaemonSets(ctx context.Context, d *v1alpha1.NVID
 	return out, nil
 }
 
-func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADriver, pd *plan.Driver, owned map[string]*appsv1.DaemonSet) error {
+func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADriver, pd *plan.Driver, owned map[string]*appsv1.DaemonSet, images *imageVerdict) error {
 	opts := render.Options{Namespace: r.Options.Namespace, ManagerImage: r.Options.ManagerImage, HostRoot: r.Options.HostRoot}
 	for _, pool := range pd.Pools {
+		if images.isHeld(pool.DaemonSet) {
+			// The live DaemonSet (if any) keeps its template, so its nodes keep
+			// their running driver and the upgrade machine starts none of them.
+			continue
+		}
 		ds := render.DaemonSet(d, pool, opts)
 		hash := hashObject(ds)
 		if ds.Annotations == nil {

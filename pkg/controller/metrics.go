@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck"
 )
 
 // driverState is 1 for the state each NVIDIADriver is in, 0 for the others.
@@ -50,8 +51,20 @@ var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 }, []string{"to"})
 
+// registryRequests counts image checks that reached a registry (a cached
+// answer is not counted), by result: the cache's promise is one per
+// distinct image per check interval, whatever the number of nodes.
+var registryRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_registry_checks_total",
+	Help: "Image checks that reached a registry (HEAD of the manifest, plus a GET for an index), by status and reason.",
+}, []string{"status", "reason"})
+
+func countRegistryRequest(r imagecheck.Result) {
+	registryRequests.WithLabelValues(string(r.Status), r.Reason).Inc()
+}
+
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

@@ -6,7 +6,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"k8s.io/client-go/util/workqueue"
 	"maps"
 	"slices"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
@@ -44,6 +45,26 @@ type Options struct {
 	// ValidationPodSelector, when set, must match a Ready pod on the node
 	// (e.g. NVIDIA's app=nvidia-operator-validator) before validation passes.
 	ValidationPodSelector string
+	// ImageCheck is enforce, warn or off (docs/design.md, "Image preflight");
+	// empty means enforce.
+	ImageCheck string
+	// ImageCheckBackoff is the first re-check delay of an image that is
+	// missing or could not be checked, doubling up to ImageCheckMaxBackoff
+	// (0: 30s and 10m).
+	ImageCheckBackoff, ImageCheckMaxBackoff time.Duration
+}
+
+// imageGate builds the registry check the options ask for.
+func (o Options) imageGate(secrets client.Reader) (*imageGate, error) {
+	mode := o.ImageCheck
+	if mode == "" {
+		mode = ImageCheckEnforce
+	}
+	if !slices.Contains(ImageCheckModes, mode) {
+		return nil, fmt.Errorf("image check mode %q: want one of %v", mode, ImageCheckModes)
+	}
+	checker := &imagecheck.Checker{MinBackoff: o.ImageCheckBackoff, MaxBackoff: o.ImageCheckMaxBackoff, OnRequest: countRegistryRequest}
+	return &imageGate{mode: mode, checker: checker, secrets: secrets, namespace: o.Namespace}, nil
 }
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"
@@ -224,7 +245,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	})
 
 	plans := &planCache{}
-	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, plans: plans}
+	images, err := opts.imageGate(mgr.GetAPIReader())
+	if err != nil {
+		return err
+	}
+	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, Images: images, plans: plans}
 	// A CR's change can move nodes to or from others (default fallback,
 	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
 	if err := ctrl.NewControllerManagedBy(mgr).

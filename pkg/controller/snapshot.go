@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -33,6 +34,24 @@ func takeSnapshot(ctx context.Context, c client.Reader) (*snapshot, error) {
 		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
 	}
 	return &snapshot{nodes: nodes.Items, drivers: drivers.Items}, nil
+}
+
+// platformOf gives a node's "os/arch" for the image check, indexing the
+// nodes on the first call only (most reconciles check nothing).
+func (s *snapshot) platformOf() func(node string) string {
+	var byName map[string]string
+	return func(node string) string {
+		if byName == nil {
+			byName = make(map[string]string, len(s.nodes))
+			for i := range s.nodes {
+				byName[s.nodes[i].Name] = imagecheck.Platform(s.nodes[i].Labels)
+			}
+		}
+		if p, ok := byName[node]; ok {
+			return p
+		}
+		return imagecheck.Platform(nil)
+	}
 }
 
 func (s *snapshot) planNodes() []plan.Node {

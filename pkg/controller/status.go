@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -37,6 +38,8 @@ type statusInput struct {
 	NodeOwners map[string]string
 	Namespace  string
 	Failure    error // an error reconciling (API failure)
+	// Images is the registry check of the pools being rolled out (nil: off).
+	Images *imageVerdict
 }
 
 // computeStatus is the CR's status as docs/design.md, "Readiness", defines it. It is
@@ -54,6 +57,7 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 		st.Pools = append(st.Pools, poolStatus(in, pool, &prog))
 	}
 	setConditions(&st, pd, in.Failure, prog)
+	setImageCondition(&st, in.Images, &prog)
 	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type > st.Conditions[j].Type })
 	return st
 }
@@ -63,6 +67,7 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 type progressCounts struct {
 	upgrading, done, failed, total int
 	notReady                       []string
+	held                           []string // pools waiting for a missing image
 }
 
 // poolStatus is one pool's status from its DaemonSet and its nodes' states.
@@ -97,6 +102,9 @@ func poolStatus(in statusInput, pool plan.Pool, prog *progressCounts) v1alpha1.P
 		}
 		prog.done += int(counts[plan.UpgradeDone])
 		prog.failed += int(counts[plan.UpgradeFailed])
+	}
+	if in.Images.isHeld(pool.DaemonSet) {
+		prog.held = append(prog.held, pool.DaemonSet)
 	}
 	switch {
 	case ds == nil:
@@ -162,4 +170,25 @@ func noNodesMessage(pd *plan.Driver) string {
 		parts[i] = fmt.Sprintf("%d %s", reasons[k], k)
 	}
 	return "No GPU node needs a driver from this NVIDIADriver; skipped: " + strings.Join(parts, ", ")
+}
+
+// setImageCondition sets ImageAvailable (removed when the check is off), and
+// makes a held pool the reason the driver is not Ready: its nodes run the
+// old driver, not the one the CR asks for.
+func setImageCondition(st *v1alpha1.NVIDIADriverStatus, v *imageVerdict, prog *progressCounts) {
+	c := v.condition(st.ObservedGeneration)
+	if c == nil {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionImageAvailable)
+		return
+	}
+	meta.SetStatusCondition(&st.Conditions, *c)
+	if len(prog.held) == 0 {
+		return
+	}
+	if ready := meta.FindStatusCondition(st.Conditions, CondReady); ready != nil && ready.Reason == "Error" {
+		return // an error says more
+	}
+	msg := fmt.Sprintf("Holding %s: %s", strings.Join(prog.held, ", "), c.Message)
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReady, Status: metav1.ConditionFalse, Reason: imagecheck.ReasonMissing, Message: msg, ObservedGeneration: st.ObservedGeneration})
+	st.State = v1alpha1.NotReady
 }

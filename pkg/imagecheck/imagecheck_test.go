@@ -4,97 +4,34 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvdriver/nvdriver/pkg/imagecheck"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
 )
 
-// testRegistry is an in-process OCI registry on loopback, optionally behind
-// basic auth, counting the requests that reach it.
-type testRegistry struct {
-	host     string
-	requests atomic.Int64
-	down     atomic.Bool
-	srv      *httptest.Server
-}
-
-func newRegistry(t *testing.T, user, pass string) *testRegistry {
+func newRegistry(t *testing.T, user, pass string) *registrytest.Registry {
 	t.Helper()
-	r := &testRegistry{}
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if r.down.Load() {
-			hj, _ := w.(http.Hijacker)
-			conn, _, _ := hj.Hijack()
-			_ = conn.Close()
-			return
-		}
-		r.requests.Add(1)
-		if user != "" {
-			if u, p, ok := req.BasicAuth(); !ok || u != user || p != pass {
-				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-				w.WriteHeader(http.StatusUnauthorized)
-				return
-			}
-		}
-		reg.ServeHTTP(w, req)
-	}))
-	t.Cleanup(r.srv.Close)
-	r.host = strings.TrimPrefix(r.srv.URL, "http://")
+	r, err := registrytest.Start("127.0.0.1:0", user, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
 	return r
 }
 
-func (r *testRegistry) push(t *testing.T, ref string, opts ...remote.Option) {
+func push(t *testing.T, r *registrytest.Registry, ref string) {
 	t.Helper()
-	img, err := random.Image(64, 1)
-	if err != nil {
+	if err := r.Push(ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(mustRef(t, r.host+"/"+ref), img, opts...); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (r *testRegistry) pushIndex(t *testing.T, ref string, platforms ...v1.Platform) {
-	t.Helper()
-	var idx v1.ImageIndex = empty.Index
-	for _, p := range platforms {
-		img, err := random.Image(64, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
-	}
-	if err := remote.WriteIndex(mustRef(t, r.host+"/"+ref), idx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mustRef(t *testing.T, s string) name.Reference {
-	t.Helper()
-	ref, err := name.ParseReference(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref
 }
 
 func pullSecret(host, user, pass string) corev1.Secret {
@@ -109,17 +46,21 @@ func pullSecret(host, user, pass string) corev1.Secret {
 
 func TestCheck(t *testing.T) {
 	open := newRegistry(t, "", "")
-	open.push(t, "nvidia/driver:550.90.07-ubuntu22.04")
-	open.pushIndex(t, "nvidia/driver:550.90.07-multi", v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64"})
-	open.pushIndex(t, "nvidia/driver:550.90.07-amd64only", v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "unknown", Architecture: "unknown"})
+	push(t, open, "nvidia/driver:550.90.07-ubuntu22.04")
+	if err := open.PushIndex("nvidia/driver:550.90.07-multi", v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.PushIndex("nvidia/driver:550.90.07-amd64only", v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "unknown", Architecture: "unknown"}); err != nil {
+		t.Fatal(err)
+	}
 
 	private := newRegistry(t, "admin", "s3cret")
-	private.push(t, "nvidia/driver:550.90.07-ubuntu22.04", remote.WithAuth(&authn.Basic{Username: "admin", Password: "s3cret"}))
-	good := pullSecret(private.host, "admin", "s3cret")
-	wrong := pullSecret(private.host, "admin", "guess")
+	push(t, private, "nvidia/driver:550.90.07-ubuntu22.04")
+	good := pullSecret(private.Host, "admin", "s3cret")
+	wrong := pullSecret(private.Host, "admin", "guess")
 
 	down := newRegistry(t, "", "")
-	down.down.Store(true)
+	down.SetDown(true)
 
 	cases := []struct {
 		name      string
@@ -130,18 +71,18 @@ func TestCheck(t *testing.T) {
 		reason    string
 		message   string
 	}{
-		{name: "existing tag", image: open.host + "/nvidia/driver:550.90.07-ubuntu22.04", platforms: []string{"linux/amd64"}, want: imagecheck.OK, reason: imagecheck.ReasonFound},
-		{name: "missing tag", image: open.host + "/nvidia/driver:999.0.0-ubuntu22.04", want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
-		{name: "missing repository", image: open.host + "/nvidia/nosuch:1", want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
-		{name: "missing digest", image: open.host + "/nvidia/driver@sha256:" + strings.Repeat("0", 64), want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
-		{name: "index with the nodes' platforms", image: open.host + "/nvidia/driver:550.90.07-multi", platforms: []string{"linux/arm64", "linux/amd64"}, want: imagecheck.OK, reason: imagecheck.ReasonFound},
-		{name: "index without the nodes' platform", image: open.host + "/nvidia/driver:550.90.07-amd64only", platforms: []string{"linux/arm64"}, want: imagecheck.Missing, reason: imagecheck.ReasonMissing,
+		{name: "existing tag", image: open.Host + "/nvidia/driver:550.90.07-ubuntu22.04", platforms: []string{"linux/amd64"}, want: imagecheck.OK, reason: imagecheck.ReasonFound},
+		{name: "missing tag", image: open.Host + "/nvidia/driver:999.0.0-ubuntu22.04", want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
+		{name: "missing repository", image: open.Host + "/nvidia/nosuch:1", want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
+		{name: "missing digest", image: open.Host + "/nvidia/driver@sha256:" + strings.Repeat("0", 64), want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
+		{name: "index with the nodes' platforms", image: open.Host + "/nvidia/driver:550.90.07-multi", platforms: []string{"linux/arm64", "linux/amd64"}, want: imagecheck.OK, reason: imagecheck.ReasonFound},
+		{name: "index without the nodes' platform", image: open.Host + "/nvidia/driver:550.90.07-amd64only", platforms: []string{"linux/arm64"}, want: imagecheck.Missing, reason: imagecheck.ReasonMissing,
 			message: "the image index has no manifest for linux/arm64 (it has linux/amd64)"},
-		{name: "auth required, no secret", image: private.host + "/nvidia/driver:550.90.07-ubuntu22.04", want: imagecheck.Unknown, reason: imagecheck.ReasonAuth},
-		{name: "auth required, wrong secret", image: private.host + "/nvidia/driver:550.90.07-ubuntu22.04", secrets: []corev1.Secret{wrong}, want: imagecheck.Unknown, reason: imagecheck.ReasonAuth},
-		{name: "auth required, right secret", image: private.host + "/nvidia/driver:550.90.07-ubuntu22.04", secrets: []corev1.Secret{good}, want: imagecheck.OK, reason: imagecheck.ReasonFound},
-		{name: "auth required, right secret, missing tag", image: private.host + "/nvidia/driver:1.0-ubuntu22.04", secrets: []corev1.Secret{good}, want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
-		{name: "registry down", image: down.host + "/nvidia/driver:550.90.07-ubuntu22.04", want: imagecheck.Unknown, reason: imagecheck.ReasonUnreachable},
+		{name: "auth required, no secret", image: private.Host + "/nvidia/driver:550.90.07-ubuntu22.04", want: imagecheck.Unknown, reason: imagecheck.ReasonAuth},
+		{name: "auth required, wrong secret", image: private.Host + "/nvidia/driver:550.90.07-ubuntu22.04", secrets: []corev1.Secret{wrong}, want: imagecheck.Unknown, reason: imagecheck.ReasonAuth},
+		{name: "auth required, right secret", image: private.Host + "/nvidia/driver:550.90.07-ubuntu22.04", secrets: []corev1.Secret{good}, want: imagecheck.OK, reason: imagecheck.ReasonFound},
+		{name: "auth required, right secret, missing tag", image: private.Host + "/nvidia/driver:1.0-ubuntu22.04", secrets: []corev1.Secret{good}, want: imagecheck.Missing, reason: imagecheck.ReasonMissing},
+		{name: "registry down", image: down.Host + "/nvidia/driver:550.90.07-ubuntu22.04", want: imagecheck.Unknown, reason: imagecheck.ReasonUnreachable},
 		{name: "not a reference", image: "nvcr.io/nvidia/Driver:UPPER case", want: imagecheck.Unknown, reason: imagecheck.ReasonInvalid},
 	}
 	for _, tc := range cases {
@@ -175,7 +116,7 @@ func TestCheckCachesAndBacksOff(t *testing.T) {
 	var asked atomic.Int64
 	c := &imagecheck.Checker{Now: func() time.Time { return now }, MinBackoff: 30 * time.Second, MaxBackoff: 100 * time.Second, TTL: time.Hour,
 		OnRequest: func(imagecheck.Result) { asked.Add(1) }}
-	req := imagecheck.Request{Image: reg.host + "/nvidia/driver:2.0-ubuntu22.04", Platforms: []string{"linux/amd64"}}
+	req := imagecheck.Request{Image: reg.Host + "/nvidia/driver:2.0-ubuntu22.04", Platforms: []string{"linux/amd64"}}
 
 	for i := 0; i < 100; i++ {
 		if res, _ := c.Check(context.Background(), req); res.Status != imagecheck.Missing {
@@ -196,7 +137,7 @@ func TestCheckCachesAndBacksOff(t *testing.T) {
 		t.Fatalf("4 stale checks made %d registry checks", asked.Load())
 	}
 	before := asked.Load()
-	reg.push(t, "nvidia/driver:2.0-ubuntu22.04")
+	push(t, reg, "nvidia/driver:2.0-ubuntu22.04")
 	if res, _ := c.Check(context.Background(), req); res.Status != imagecheck.Missing {
 		t.Fatalf("within the backoff the cached answer stands, got %s", res.Status)
 	}
@@ -207,7 +148,7 @@ func TestCheckCachesAndBacksOff(t *testing.T) {
 	if asked.Load() != before+1 {
 		t.Fatalf("finding the pushed tag made %d registry checks, want 1", asked.Load()-before)
 	}
-	if reg.requests.Load() == 0 {
+	if reg.Requests.Load() == 0 {
 		t.Fatal("the registry saw no request")
 	}
 }

@@ -172,7 +172,7 @@ func podSpec(d *v1alpha1.NVIDIADriver, pool plan.Pool, opts Options) corev1.PodS
 	if typ == v1alpha1.VGPUHostManager {
 		pod.TerminationGracePeriodSeconds = ptr.To[int64](120)
 	}
-	pod.ImagePullSecrets = pullSecrets(spec)
+	pod.ImagePullSecrets = PullSecrets(spec)
 	digest := ConfigDigest(d, pool, opts)
 	resources := resourceRequirements(spec.Resources)
 	pod.InitContainers = []corev1.Container{managerContainer(d, opts, digest, resources)}
@@ -213,7 +213,8 @@ func pullPolicy(p string) corev1.PullPolicy {
 	return corev1.PullPolicy(p)
 }
 
-func pullSecrets(spec *v1alpha1.NVIDIADriverSpec) []corev1.LocalObjectReference {
+// PullSecrets are the CR's image pull Secrets, each once, in the order the pods list them.
+func PullSecrets(spec *v1alpha1.NVIDIADriverSpec) []corev1.LocalObjectReference {
 	var names []string
 	seen := map[string]bool{}
 	add := func(list []string) {

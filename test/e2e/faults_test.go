@@ -479,7 +479,7 @@ func startReplica(t *testing.T, name string) *replica {
 		t.Fatal(err)
 	}
 	r.cmd = exec.Command(filepath.Join(binDir, "controller"), "--kubeconfig", controllerKubeconfig, "--namespace", driverNS,
-		"--leader-elect=true", "--metrics-bind-address", r.metrics, "--health-probe-bind-address", "127.0.0.1:0")
+		"--leader-elect=true", "--metrics-bind-address", r.metrics, "--health-probe-bind-address", "127.0.0.1:0", "--image-check=off")
 	r.cmd.Stdout, r.cmd.Stderr = f, f
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func startController(t *testing.T) {
 			startErr = err
 			return
 		}
-		if err := controller.Setup(mgr, controller.Options{Namespace: driverNS}); err != nil {
+		if err := controller.Setup(mgr, controller.Options{Namespace: driverNS, ImageCheck: controller.ImageCheckOff}); err != nil {
 			startErr = err
 			return
 		}

@@ -18,6 +18,10 @@ const (
 	// NVIDIA's operator sets them (the plugin reads either backend's).
 	ConditionReady = "Ready"
 	ConditionError = "Error"
+	// ConditionImageAvailable is ours: whether the registry has the images
+	// being rolled out (docs/design.md, "Image preflight"); absent when the
+	// controller's image check is off.
+	ConditionImageAvailable = "ImageAvailable"
 	// ControllerLeaseName is the nvdriver controller's leader-election Lease;
 	// doctor judges the controller alive by its renewals.
 	ControllerLeaseName = "nvdriver-controller"
