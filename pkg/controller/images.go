@@ -83,7 +83,7 @@ func unsettled(pool plan.Pool, cur *appsv1.DaemonSet) bool {
 		return true
 	}
 	s := cur.Status
-	return s.UpdatedNumberScheduled < s.DesiredNumberScheduled || s.NumberAvailable < s.DesiredNumberScheduled
+	return s.ObservedGeneration != cur.Generation || s.UpdatedNumberScheduled < s.DesiredNumberScheduled || s.NumberAvailable < s.DesiredNumberScheduled
 }
 
 // newImages are the pool's images the live DaemonSet does not run yet.

@@ -65,6 +65,8 @@ func TestImageGate(t *testing.T) {
 			wantMsg: "the DaemonSet already runs it, so nothing is held"},
 		{name: "registry down holds nothing", mode: ImageCheckEnforce, pool: pool(down.Host + "/nvidia/driver:1-ubuntu22.04"), wantCond: metav1.ConditionUnknown, wantRsn: imagecheck.ReasonUnreachable,
 			wantMsg: "not holding"},
+		{name: "applied, not yet observed by the DaemonSet controller", mode: ImageCheckWarn, pool: pool(newImg), live: func() *appsv1.DaemonSet { d := running(newImg, 2, 2, 2); d.Generation = 2; return d }(),
+			wantCond: metav1.ConditionFalse, wantRsn: imagecheck.ReasonMissing},
 		{name: "settled pool: nothing asked", mode: ImageCheckEnforce, pool: pool(newImg), live: running(newImg, 2, 2, 2), wantCond: metav1.ConditionTrue, wantRsn: imagecheck.ReasonFound, noRequest: true},
 	}
 	for _, tc := range cases {
