@@ -32,11 +32,13 @@ type DoctorOptions struct {
 	NoColor *bool
 	Name    string
 	Output  string
+	// CheckImages asks the registries whether each pool's images exist.
+	CheckImages bool
 }
 
 // NewCmdDoctor builds the doctor command.
 func NewCmdDoctor(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
-	o := &DoctorOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table"}
+	o := &DoctorOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table", CheckImages: true}
 	cmd := &cobra.Command{
 		Use:   "doctor [NAME]",
 		Short: "Find what keeps GPU drivers from running, and say how to fix it",
@@ -45,7 +47,9 @@ controller or NVIDIA's GPU Operator) present and running, errors in the controll
 logs, driver conditions, conflicting node selectors, GPU nodes missing NFD labels or
 covered by no driver, pre-installed and disabled nodes, DaemonSets selecting nothing,
 driver pods failing (image pulls, crash loops, untolerated taints), nodes stuck or failed
-in an upgrade or left cordoned, and a ClusterPolicy still managing drivers itself.
+in an upgrade or left cordoned, a ClusterPolicy still managing drivers itself, and driver
+images missing from their registry (asked from this machine with your docker credentials
+and the CRs' pull Secrets; --check-images=false uses only what the controller reported).
 Each finding names the objects involved and a command that fixes it. It only reads.
 
 Exit status: 0 no error found, 3 at least one finding of severity error, 1 a failure.`,
@@ -65,6 +69,7 @@ Exit status: 0 no error found, 3 at least one finding of severity error, 1 a fai
 		},
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table or json")
+	cmd.Flags().BoolVar(&o.CheckImages, "check-images", o.CheckImages, "ask each image's registry whether the image exists")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json"))
 	return cmd
 }
@@ -90,6 +95,14 @@ func (o *DoctorOptions) Run(ctx context.Context) error {
 	}
 	if cs, err := kubernetes.NewForConfig(cfg); err == nil {
 		readControllerLogs(ctx, cs, snap)
+	}
+	if o.CheckImages && snap.CRDInstalled {
+		p := snap.Plan()
+		if o.Name != "" {
+			_ = filterPlan(&p, []string{o.Name})
+		}
+		newPlanImages(c, snap.Namespace).check(ctx, &p, snap.Drivers, snap.PlanNodes())
+		snap.ImagePlan = &p
 	}
 	report := doctor.Run(snap)
 	if o.Output == "json" {

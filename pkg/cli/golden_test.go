@@ -148,6 +148,39 @@ func TestPreviewGolden(t *testing.T) {
 	golden(t, "preview.yaml", ym.Bytes())
 }
 
+// The registry's answers as preview prints them (the answers are set here;
+// test/integration asks a real registry).
+func TestPreviewImagesGolden(t *testing.T) {
+	in := fixture()
+	p := plan.Compute(in.nodes, in.drivers)
+	ok := func(img string) plan.ImageCheck { return plan.ImageCheck{Image: img, Status: "ok", Reason: "ImagesFound"} }
+	for di := range p.Drivers {
+		d := &p.Drivers[di]
+		for i := range d.Pools {
+			pool := &d.Pools[i]
+			pool.ImageCheck = []plan.ImageCheck{ok(pool.Image)}
+			switch {
+			case d.Name == "default" && pool.OSTag == "rhel9":
+				pool.ImageCheck[0] = plan.ImageCheck{Image: pool.Image, Status: "missing", Reason: "ImageMissing", Message: "not found in the registry"}
+			case d.Name == "precomp":
+				pool.ImageCheck[0] = plan.ImageCheck{Image: pool.Image, Status: "unknown", Reason: "RegistryAuthFailed", Message: "HEAD https://nvcr.io/v2/nvidia/driver/manifests/535-5.15.0-78-generic-ubuntu22.04: unexpected status code 401 Unauthorized"}
+			}
+		}
+		if d.Name == "precomp" {
+			d.KernelImages = []plan.KernelImage{
+				{OSTag: "rhel9", Kernel: "5.14.0-427.el9.x86_64", Nodes: 1, Check: plan.ImageCheck{Image: "nvcr.io/nvidia/driver:535-5.14.0-427.el9.x86_64-rhel9", Status: "missing"}},
+				{OSTag: "ubuntu22.04", Kernel: "5.15.0-78-generic", Nodes: 1, Selected: 1, Check: ok("nvcr.io/nvidia/driver:535-5.15.0-78-generic-ubuntu22.04")},
+				{OSTag: "ubuntu22.04", Kernel: "5.15.0-84-generic", Nodes: 5, Check: ok("nvcr.io/nvidia/driver:535-5.15.0-84-generic-ubuntu22.04")},
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := PrintPlanTable(&buf, p, in.daemonSets, false, output.NewStyles(&bytes.Buffer{}, true)); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "preview-images.txt", buf.Bytes())
+}
+
 func TestStatusGolden(t *testing.T) {
 	in := fixture()
 	r, err := buildStatus(in, "")

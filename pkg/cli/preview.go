@@ -35,11 +35,13 @@ type PreviewOptions struct {
 	Recursive bool
 	Output    string
 	Rules     string
+	// CheckImages asks the registries whether each pool's images exist.
+	CheckImages bool
 }
 
 // NewCmdPreview builds the preview command.
 func NewCmdPreview(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
-	o := &PreviewOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table", Rules: "auto"}
+	o := &PreviewOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table", Rules: "auto", CheckImages: true}
 	cmd := &cobra.Command{
 		Use:   "preview [NAME...] [-f FILE|DIR|-]",
 		Short: "Show which nodes each NVIDIADriver selects, its DaemonSets, images and conflicts",
@@ -47,7 +49,12 @@ func NewCmdPreview(flags *genericclioptions.ConfigFlags, s streams, noColor *boo
 in the cluster, with the ones in -f files added or replacing those of the same name,
 so you see what a manifest will do before you apply it. It only reads.
 
-Exit status: 0 no conflict, 3 a conflict, 1 an error.`,
+It also asks each image's registry, from this machine (your docker credentials plus the
+CR's pull Secrets when you may read them), whether the image exists: the REGISTRY column
+says ok, missing or unknown, and for a precompiled driver a section lists every kernel the
+GPU nodes run and whether an image exists for it. --check-images=false skips this.
+
+Exit status: 0 nothing found, 3 a conflict or a missing image, 1 an error.`,
 		Example: `  # What the cluster's NVIDIADrivers select now
   kubectl nvdriver preview
 
@@ -68,6 +75,7 @@ Exit status: 0 no conflict, 3 a conflict, 1 an error.`,
 	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "NVIDIADriver manifests to add to the plan (file, directory, URL or - for stdin; repeatable)")
 	cmd.Flags().BoolVarP(&o.Recursive, "recursive", "R", false, "read the directories given with -f recursively")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table, wide, json or yaml")
+	cmd.Flags().BoolVar(&o.CheckImages, "check-images", o.CheckImages, "ask each image's registry whether the image exists (HEAD of the manifest)")
 	cmd.Flags().StringVar(&o.Rules, "rules", o.Rules, "conflict rule: auto (detect NVIDIA's GPU Operator), nvdriver (conflicts block only the CRs involved) or gpu-operator (any conflict blocks all)")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "wide", "json", "yaml"))
 	_ = cmd.RegisterFlagCompletionFunc("rules", fixedCompletion("auto", "nvdriver", "gpu-operator"))
@@ -117,13 +125,29 @@ func (o *PreviewOptions) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	var missing []string
+	if o.CheckImages {
+		missing = newPlanImages(c, namespaceFlag(o.Flags)).check(ctx, &p, drivers, in.nodes)
+	}
 	if err := o.print(p, in.daemonSets); err != nil {
 		return err
 	}
-	if p.HasConflicts() {
-		return &FindingsError{Msg: "conflicts"}
+	return previewFindings(p.HasConflicts(), missing)
+}
+
+// previewFindings is preview's exit status 3 and its reason.
+func previewFindings(conflicts bool, missing []string) error {
+	var why []string
+	if conflicts {
+		why = append(why, "conflicts")
 	}
-	return nil
+	if len(missing) > 0 {
+		why = append(why, fmt.Sprintf("%d image(s) missing from the registry: %s", len(missing), strings.Join(missing, ", ")))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return &FindingsError{Msg: strings.Join(why, "; ")}
 }
 
 // mergeDrivers adds file CRs to the cluster's, replacing same-named ones
@@ -247,13 +271,17 @@ func (o *PreviewOptions) print(p plan.Plan, dss []appsv1.DaemonSet) error {
 // conflicts, pending moves, skipped nodes, warnings and uncovered GPU nodes.
 func PrintPlanTable(w interface{ Write([]byte) (int, error) }, p plan.Plan, dss []appsv1.DaemonSet, wide bool, st *output.Styles) error {
 	headers := []string{"driver", "type", "nodes", "pool", "daemonset", "image", "change"}
+	checked := planChecked(p)
+	if checked {
+		headers = []string{"driver", "type", "nodes", "pool", "daemonset", "image", "registry", "change"}
+	}
 	if wide {
 		headers = append(headers, "node names")
 	}
 	existing := liveImages(dss)
 	var rows [][]string
 	for _, d := range p.Drivers {
-		rows = append(rows, driverRows(d, p.Owner, existing, wide, st)...)
+		rows = append(rows, driverRows(d, p.Owner, existing, wide, checked, st)...)
 	}
 	if err := output.Table(w, headers, rows); err != nil {
 		return err
@@ -277,7 +305,7 @@ func liveImages(dss []appsv1.DaemonSet) map[string]string {
 }
 
 // driverRows are a driver's table rows: one per pool, or one saying it has none.
-func driverRows(d plan.Driver, owner map[string]string, existing map[string]string, wide bool, st *output.Styles) [][]string {
+func driverRows(d plan.Driver, owner map[string]string, existing map[string]string, wide, checked bool, st *output.Styles) [][]string {
 	name := d.Name
 	if d.Default {
 		name += " (default)"
@@ -288,6 +316,9 @@ func driverRows(d plan.Driver, owner map[string]string, existing map[string]stri
 			state = st.Bad(d.Error.Reason)
 		}
 		row := []string{name, string(d.DriverType), nodeCount(d), "<none>", "-", "-", state}
+		if checked {
+			row = slices.Insert(row, 6, "-")
+		}
 		if wide {
 			row = append(row, "-")
 		}
@@ -303,7 +334,11 @@ func driverRows(d plan.Driver, owner map[string]string, existing map[string]stri
 		if i > 0 {
 			first = []string{"", "", ""}
 		}
-		row := append(first, poolName, pool.DaemonSet, pool.Image, poolChange(d, pool, owner, existing, st))
+		row := append(first, poolName, pool.DaemonSet, pool.Image)
+		if checked {
+			row = append(row, poolRegistry(pool, st))
+		}
+		row = append(row, poolChange(d, pool, owner, existing, st))
 		if wide {
 			row = append(row, poolNodeNames(pool, owner))
 		}
@@ -360,25 +395,14 @@ func printPlanSections(w interface{ Write([]byte) (int, error) }, p plan.Plan, s
 			moves = append(moves, []string{n, d.Name, to})
 		}
 	}
-	section := func(title string, headers []string, rows [][]string) error {
-		if len(rows) == 0 {
-			return nil
-		}
-		sort.SliceStable(rows, func(i, j int) bool { return rows[i][0] < rows[j][0] })
-		fmt.Fprintf(w, "\n%s\n", title)
-		return output.Table(w, headers, rows)
+	sections := []planSection{
+		{title: st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), headers: []string{"node", "selected by"}, rows: conflicts},
+		{title: st.Warn(fmt.Sprintf("Pending moves (%d node(s)): each is cordoned and emptied of GPU pods before its driver changes", len(moves))), headers: []string{"node", "from", "to"}, rows: moves},
+		{title: fmt.Sprintf("Skipped nodes (%d)", len(skipped)), headers: []string{"node", "driver", "reason", "why"}, rows: skipped},
+		{title: st.Warn("Warnings"), headers: []string{"driver", "warning"}, rows: warnings},
 	}
-	for _, sec := range []struct {
-		title   string
-		headers []string
-		rows    [][]string
-	}{
-		{st.Bad(fmt.Sprintf("Conflicts (%d node(s)): each node must be selected by one NVIDIADriver", len(conflicts))), []string{"node", "selected by"}, conflicts},
-		{st.Warn(fmt.Sprintf("Pending moves (%d node(s)): each is cordoned and emptied of GPU pods before its driver changes", len(moves))), []string{"node", "from", "to"}, moves},
-		{fmt.Sprintf("Skipped nodes (%d)", len(skipped)), []string{"node", "driver", "reason", "why"}, skipped},
-		{st.Warn("Warnings"), []string{"driver", "warning"}, warnings},
-	} {
-		if err := section(sec.title, sec.headers, sec.rows); err != nil {
+	for _, sec := range append(sections, imageSections(p, st)...) {
+		if err := sec.print(w); err != nil {
 			return err
 		}
 	}
@@ -386,6 +410,26 @@ func printPlanSections(w interface{ Write([]byte) (int, error) }, p plan.Plan, s
 		fmt.Fprintf(w, "\n%s %s\n", st.Warn(fmt.Sprintf("GPU nodes no NVIDIADriver covers (%d):", len(p.Uncovered))), strings.Join(p.Uncovered, ", "))
 	}
 	return nil
+}
+
+// planSection is one titled table after the pool table, printed only when
+// it has rows (sorted by the first column unless keepOrder).
+type planSection struct {
+	title     string
+	headers   []string
+	rows      [][]string
+	keepOrder bool
+}
+
+func (sec planSection) print(w interface{ Write([]byte) (int, error) }) error {
+	if len(sec.rows) == 0 {
+		return nil
+	}
+	if !sec.keepOrder {
+		sort.SliceStable(sec.rows, func(i, j int) bool { return sec.rows[i][0] < sec.rows[j][0] })
+	}
+	fmt.Fprintf(w, "\n%s\n", sec.title)
+	return output.Table(w, sec.headers, sec.rows)
 }
 
 // nodeCount is the NODES column: the nodes the driver will own, and the

@@ -35,11 +35,13 @@ type UpgradeOptions struct {
 	Timeout  time.Duration
 	DryRun   string
 	Interval time.Duration
+	// CheckImages asks the registry whether the new version's images exist.
+	CheckImages bool
 }
 
 // NewCmdUpgrade builds the upgrade command.
 func NewCmdUpgrade(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
-	o := &UpgradeOptions{Flags: flags, Streams: s, NoColor: noColor, Timeout: 30 * time.Minute, DryRun: "none", Interval: 2 * time.Second}
+	o := &UpgradeOptions{Flags: flags, Streams: s, NoColor: noColor, Timeout: 30 * time.Minute, DryRun: "none", Interval: 2 * time.Second, CheckImages: true}
 	cmd := &cobra.Command{
 		Use:   "upgrade NAME (--to VERSION | --nodes a,b) [--wait]",
 		Short: "Change an NVIDIADriver's version (or request single nodes) and follow the rollout",
@@ -53,8 +55,14 @@ With --wait it follows exactly what was asked: with --nodes, until those nodes r
 current driver; otherwise until every node of the NVIDIADriver does and its DaemonSets
 are up to date (with autoUpgrade: false, until the DaemonSets carry the new version:
 nodes then roll only when requested). It works with the nvdriver controller and with
-NVIDIA's GPU Operator. Exit status: 0 done, 3 a node ended upgrade-failed, 1 error,
-timeout or interrupt (the rollout goes on in the cluster).`,
+NVIDIA's GPU Operator.
+
+With --to it first asks the registry, from this machine, whether the new version's image
+exists for each pool (--check-images=false skips this): a missing image is a warning (the
+controller holds that pool until the image exists), and with --dry-run exit status 3.
+
+Exit status: 0 done, 3 a node ended upgrade-failed (or, with --dry-run, an image is
+missing), 1 error, timeout or interrupt (the rollout goes on in the cluster).`,
 		Example: `  kubectl nvdriver upgrade demo-silver --to 525.125.06 --wait
   kubectl nvdriver upgrade demo-gold --nodes gpu-node-3 --wait --timeout 1h
   kubectl nvdriver upgrade demo-gold --to 550.90.07 --dry-run=server`,
@@ -77,6 +85,7 @@ timeout or interrupt (the rollout goes on in the cluster).`,
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "follow the rollout until what was asked is done")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting after this long (with --wait)")
 	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `"none", "client" or "server"`)
+	cmd.Flags().BoolVar(&o.CheckImages, "check-images", o.CheckImages, "with --to, ask the registry whether the new version's images exist")
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
 	_ = cmd.RegisterFlagCompletionFunc("nodes", completeNodes(flags))
 	_ = cmd.RegisterFlagCompletionFunc("dry-run", fixedCompletion("none", "client", "server"))
@@ -145,6 +154,9 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 				return err
 			}
 			versionChanged = true
+			if err := o.checkImages(ctx, c, d); err != nil {
+				return err
+			}
 			if !autoUpgrade(d) && len(nodes) == 0 {
 				fmt.Fprintf(o.Streams.ErrOut, "warning: %s has upgradePolicy.autoUpgrade: false: nodes will not roll until requested: kubectl nvdriver upgrade %s --nodes NODE[,NODE...]\n", o.Name, o.Name)
 			}

@@ -77,6 +77,9 @@ type Snapshot struct {
 	Rules string
 	// Only limits driver-specific checks to one NVIDIADriver.
 	Only string
+	// ImagePlan is the plan with the registries' answers (Pool.ImageCheck,
+	// Driver.KernelImages) when doctor asked them; nil when it did not.
+	ImagePlan *plan.Plan
 }
 
 // Check is one troubleshooting check.
@@ -95,6 +98,7 @@ var Checks = []Check{
 	{"driver-conditions", checkConditions},
 	{"conflicting-selectors", checkConflicts},
 	{"secret-env", checkSecrets},
+	{"image-available", checkImages},
 	{"version-tag", checkVersionWarnings},
 	{"nfd-labels", checkNFD},
 	{"uncovered-gpu-nodes", checkUncovered},
@@ -115,11 +119,7 @@ func Run(s *Snapshot) Report {
 		r.Summary[Error] = 1
 		return r
 	}
-	nodes := make([]plan.Node, len(s.Nodes))
-	for i := range s.Nodes {
-		nodes[i] = plan.Node{Name: s.Nodes[i].Name, Labels: s.Nodes[i].Labels}
-	}
-	p := plan.ComputeWith(nodes, s.Drivers, plan.Options{Rules: s.Rules})
+	p := s.Plan()
 	for _, c := range Checks[1:] {
 		for _, f := range c.Run(s, &p) {
 			f.Check = c.Name
@@ -131,6 +131,20 @@ func Run(s *Snapshot) Report {
 		}
 	}
 	return r
+}
+
+// PlanNodes are the snapshot's nodes as the planner takes them.
+func (s *Snapshot) PlanNodes() []plan.Node {
+	nodes := make([]plan.Node, len(s.Nodes))
+	for i := range s.Nodes {
+		nodes[i] = plan.Node{Name: s.Nodes[i].Name, Labels: s.Nodes[i].Labels}
+	}
+	return nodes
+}
+
+// Plan is the plan the checks judge (the controller's, under s.Rules).
+func (s *Snapshot) Plan() plan.Plan {
+	return plan.ComputeWith(s.PlanNodes(), s.Drivers, plan.Options{Rules: s.Rules})
 }
 
 func (s *Snapshot) wants(driver string) bool { return s.Only == "" || s.Only == driver }
@@ -314,6 +328,9 @@ func checkConditions(s *Snapshot, _ *plan.Plan) []Finding {
 			continue
 		}
 		if r := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady); r != nil && r.Status == metav1.ConditionFalse {
+			if r.Reason == v1alpha1.ReasonImageMissing {
+				continue // the image-available check says which image and what to do
+			}
 			if held := heldByAutoUpgradeOff(s, &d); len(held) > 0 {
 				out = append(out, Finding{Severity: Warning, Objects: append(obj, nodeObjs(held)...),
 					Message: fmt.Sprintf("%s is %s because upgradePolicy.autoUpgrade is false: %d node(s) wait for an upgrade to be requested: %s", d.Name, d.Status.State, len(held), strings.Join(limit(held, 10), ", ")),

@@ -20,6 +20,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
 // Status is a check's answer.
@@ -28,24 +31,24 @@ type Status string
 const (
 	// OK: the registry has a manifest for the reference (and, for an index,
 	// one for every platform asked about).
-	OK Status = "ok"
+	OK Status = plan.ImageStatusOK
 	// Missing is definitive: the registry answered that the tag, digest or
 	// repository does not exist, or the index lacks a platform the nodes run.
-	Missing Status = "missing"
+	Missing Status = plan.ImageStatusMissing
 	// Unknown: no definitive answer (registry unreachable, credentials
 	// refused, a server error, a reference that does not parse).
-	Unknown Status = "unknown"
+	Unknown Status = plan.ImageStatusUnknown
 )
 
 // Reasons say why a result is what it is; they are also the controller's
 // ImageAvailable condition reasons.
 const (
-	ReasonFound       = "ImagesFound"
-	ReasonMissing     = "ImageMissing"
-	ReasonUnreachable = "RegistryUnreachable"
-	ReasonAuth        = "RegistryAuthFailed"
-	ReasonRegistry    = "RegistryError"
-	ReasonInvalid     = "InvalidReference"
+	ReasonFound       = v1alpha1.ReasonImagesFound
+	ReasonMissing     = v1alpha1.ReasonImageMissing
+	ReasonUnreachable = v1alpha1.ReasonRegistryUnreachable
+	ReasonAuth        = v1alpha1.ReasonRegistryAuthFailed
+	ReasonRegistry    = v1alpha1.ReasonRegistryError
+	ReasonInvalid     = v1alpha1.ReasonInvalidReference
 )
 
 // Result is the answer for one image.

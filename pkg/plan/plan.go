@@ -68,6 +68,36 @@ type Driver struct {
 	// Error is set when the driver cannot work as written (conflict, second
 	// default, unresolvable image); the controller reports it as Error=True.
 	Error *Problem `json:"error,omitempty"`
+	// KernelImages, for a precompiled driver, are its images for every
+	// (OS, kernel) seen on the cluster's GPU nodes, selected or not, with
+	// the registry's answer: which kernels lack an image. Filled by preview
+	// when it checks images; the planner never sets it.
+	KernelImages []KernelImage `json:"kernelImages,omitempty"`
+}
+
+// The statuses of an ImageCheck (pkg/imagecheck defines them from these).
+const (
+	ImageStatusOK      = "ok"
+	ImageStatusMissing = "missing"
+	ImageStatusUnknown = "unknown"
+)
+
+// ImageCheck is a registry's answer about one image (preview fills it).
+type ImageCheck struct {
+	Image   string `json:"image"`
+	Status  string `json:"status"` // ImageStatusOK, ImageStatusMissing or ImageStatusUnknown
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// KernelImage is a precompiled driver's image for one kernel.
+type KernelImage struct {
+	OSTag  string `json:"osTag"`
+	Kernel string `json:"kernel"`
+	// Nodes run that kernel; Selected of them are the driver's.
+	Nodes    int        `json:"nodes"`
+	Selected int        `json:"selected"`
+	Check    ImageCheck `json:"check"`
 }
 
 // Pool is one DaemonSet: the nodes of a driver sharing an OS release (and a
@@ -94,6 +124,9 @@ type Pool struct {
 	// a selector edit would also change the template and restart every pod
 	// (NVIDIA's gpu-operator#1661).
 	NodeSelector map[string]string `json:"-"`
+	// ImageCheck is the registry's answer for each of Images(), when
+	// preview checked them; the planner never sets it.
+	ImageCheck []ImageCheck `json:"imageCheck,omitempty"`
 }
 
 // Images are the distinct images the pool's containers run: the driver's

@@ -22,6 +22,14 @@ const (
 	// being rolled out (docs/design.md, "Image preflight"); absent when the
 	// controller's image check is off.
 	ConditionImageAvailable = "ImageAvailable"
+	// Reasons of ImageAvailable (ImageMissing is also Ready's reason while a
+	// pool is held for its image).
+	ReasonImagesFound         = "ImagesFound"
+	ReasonImageMissing        = "ImageMissing"
+	ReasonRegistryUnreachable = "RegistryUnreachable"
+	ReasonRegistryAuthFailed  = "RegistryAuthFailed"
+	ReasonRegistryError       = "RegistryError"
+	ReasonInvalidReference    = "InvalidReference"
 	// ControllerLeaseName is the nvdriver controller's leader-election Lease;
 	// doctor judges the controller alive by its renewals.
 	ControllerLeaseName = "nvdriver-controller"
