@@ -153,7 +153,9 @@ func TestPreviewGolden(t *testing.T) {
 func TestPreviewImagesGolden(t *testing.T) {
 	in := fixture()
 	p := plan.Compute(in.nodes, in.drivers)
-	ok := func(img string) plan.ImageCheck { return plan.ImageCheck{Image: img, Status: "ok", Reason: "ImagesFound"} }
+	ok := func(img string) plan.ImageCheck {
+		return plan.ImageCheck{Image: img, Status: "ok", Reason: "ImagesFound"}
+	}
 	for di := range p.Drivers {
 		d := &p.Drivers[di]
 		for i := range d.Pools {

@@ -177,7 +177,7 @@ func TestUpgradeWaitInterrupted(t *testing.T) {
 	}
 	p.mu.Unlock()
 	var out, errOut bytes.Buffer
-	code := cli.MainContext(ctx, []string{"--kubeconfig", p.kubecfg, "upgrade", "uw-a", "--to", "550.90.07", "--wait", "--timeout", "1h"},
+	code := cli.MainContext(ctx, []string{"--kubeconfig", p.kubecfg, "upgrade", "uw-a", "--to", "550.90.07", "--wait", "--timeout", "1h", "--check-images=false"},
 		strings.NewReader(""), &out, &errOut)
 	if code != cli.ExitError || !strings.Contains(errOut.String(), "interrupted") || strings.Contains(errOut.String(), "timed out") {
 		t.Fatalf("exit %d, want 1 saying interrupted\n%s%s", code, out.String(), errOut.String())
@@ -221,7 +221,7 @@ func TestDoctorAsViewer(t *testing.T) {
 	eventually(t, "the viewer's bindings to take effect", func() error {
 		out.Reset()
 		errOut.Reset()
-		code = cli.MainContext(ctx, []string{"--kubeconfig", kc, "doctor", "-o", "json"}, strings.NewReader(""), &out, &errOut)
+		code = cli.MainContext(ctx, []string{"--kubeconfig", kc, "doctor", "-o", "json", "--check-images=false"}, strings.NewReader(""), &out, &errOut)
 		if code == cli.ExitError {
 			return fmt.Errorf("doctor as a viewer failed: %s%s", out.String(), errOut.String())
 		}

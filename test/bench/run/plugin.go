@@ -15,7 +15,8 @@ func (e *env) plugin() error {
 		argv []string
 	}{
 		{"kubectl_get_nodes", []string{"kubectl", "get", "nodes", "-o", "name"}},
-		{"preview", []string{"bin/kubectl-nvdriver", "preview"}},
+		// No registry: the bench measures the API side (the image checks are in "registry").
+		{"preview", []string{"bin/kubectl-nvdriver", "preview", "--check-images=false"}},
 		{"status", []string{"bin/kubectl-nvdriver", "status"}},
 	}
 	wall := map[string][]float64{}
