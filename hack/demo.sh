@@ -16,14 +16,25 @@ kubeconfig="$(test/cluster/cluster.sh kubeconfig)"
 export KUBECONFIG="$kubeconfig"
 workdir="$(dirname "$kubeconfig")"
 
+say "Starting a container registry on loopback with the driver images this demo uses (the controller checks every image before it rolls a node onto it)"
+go build -o "$workdir/registry" ./hack/registry
+"$workdir/registry" serve --addr 127.0.0.1:0 >"$workdir/registry.addr" 2>"$workdir/registry.log" &
+echo $! >"$workdir/registry.pid"
+for _ in $(seq 1 50); do [ -s "$workdir/registry.addr" ] && break; sleep 0.1; done
+reg="$(head -1 "$workdir/registry.addr")/nvidia"
+for v in 580.95.05 535.104.12 470.141.10; do
+  for os in ubuntu20.04 ubuntu22.04; do "$workdir/registry" push "$reg/driver:$v-$os" >/dev/null; done
+done
+echo "registry $reg: driver 580.95.05, 535.104.12 and 470.141.10 for ubuntu20.04 and ubuntu22.04 (525.125.06 is deliberately missing)"
+
 bin="$(test/tools/build.sh helm | tail -1)"
 say "Installing the chart as NVIDIA's docs install the GPU Operator (the controller runs outside the cluster here: kwok nodes run no real images)"
-show "$bin/helm" install nvdriver charts/nvdriver -n gpu-operator --create-namespace --set controller.enabled=false --wait
+show "$bin/helm" install nvdriver charts/nvdriver -n gpu-operator --create-namespace --set controller.enabled=false --set driver.repository="$reg" --wait
 kubectl label namespace gpu-operator pod-security.kubernetes.io/enforce=privileged --overwrite >/dev/null
 
-say "Starting the controller (leader election on, as in a cluster)"
+say "Starting the controller (leader election on, as in a cluster; image checks re-tried every 2-5 s here instead of 30 s-10 min)"
 bin/controller --kubeconfig "$kubeconfig" --namespace gpu-operator --metrics-bind-address 127.0.0.1:0 \
-  --health-probe-bind-address 127.0.0.1:0 >"$workdir/controller.log" 2>&1 &
+  --health-probe-bind-address 127.0.0.1:0 --image-check-backoff 2s --image-check-max-backoff 5s >"$workdir/controller.log" 2>&1 &
 echo $! >"$workdir/controller.pid"
 echo "controller pid $(cat "$workdir/controller.pid"), log $workdir/controller.log"
 
@@ -44,42 +55,58 @@ say "The chart's default NVIDIADriver covers every GPU node: one DaemonSet per O
 show kubectl get nvidiadrivers -o wide
 show kubectl nvdriver status
 
-say "preview: what would NVIDIA's multi-version example do here, before applying it? (nothing is labelled gold/silver yet)"
-show kubectl nvdriver preview -f test/testdata/seed/nvd-driver-multiple.yaml
+say "preview: what would NVIDIA's multi-version example do here, before applying it? (nothing is labelled gold/silver yet; its images are on nvcr.io, so no registry is asked here)"
+show kubectl nvdriver preview -f test/testdata/seed/nvd-driver-multiple.yaml --check-images=false
 
 say "assign, checked on the server first: nothing is written"
-show kubectl nvdriver assign demo-gold --nodes gpu-node-1,gpu-node-3 --version 535.104.12 --dry-run=server
+show kubectl nvdriver assign demo-gold --nodes gpu-node-1,gpu-node-3 --version 535.104.12 --repository "$reg" --dry-run=server
 
 say "assign for real: label the nodes and create the NVIDIADriver in one step"
-show kubectl nvdriver assign demo-gold --nodes gpu-node-1,gpu-node-3 --version 535.104.12
-show kubectl nvdriver assign demo-silver --nodes gpu-node-0,gpu-node-2 --version 470.141.10
+show kubectl nvdriver assign demo-gold --nodes gpu-node-1,gpu-node-3 --version 535.104.12 --repository "$reg"
+show kubectl nvdriver assign demo-silver --nodes gpu-node-0,gpu-node-2 --version 470.141.10 --repository "$reg"
 wait_ready
 show kubectl nvdriver status -o wide
 
-say "preview with node names: gold, silver, and the default taking the rest"
+say "preview with node names: gold, silver, and the default taking the rest; REGISTRY says each image exists"
 show kubectl nvdriver preview -o wide
 
 say "A manifest that would overlap: preview shows the conflict and exits 3, before anything is applied"
-show kubectl nvdriver preview -f test/testdata/seed/nvd-all.yaml demo-all demo-gold
+show kubectl nvdriver preview -f test/testdata/seed/nvd-all.yaml demo-all demo-gold --check-images=false
 echo "(exit status 3 = conflicts found)"
 
 say "assign refuses a change that would create a conflict, and writes nothing"
 kubectl label node gpu-node-4 team=ml --overwrite >/dev/null
-kubectl apply -f - >/dev/null <<'YAML'
+kubectl apply -f - >/dev/null <<YAML
 apiVersion: nvidia.com/v1alpha1
 kind: NVIDIADriver
 metadata:
   name: demo-ml
 spec:
-  version: "550.90.07"
+  repository: $reg
+  version: "535.104.12"
   nodeSelector:
     team: ml
 YAML
 show kubectl nvdriver assign demo-gold --nodes gpu-node-4
 wait_ready
 
-say "upgrade: change silver's version (a server dry run here; the rolling restart of driver pods is the upgrade state machine's job)"
+say "upgrade, checked first: 525.125.06 is not in the registry (a server dry run: nothing is written; exit 3)"
 show kubectl nvdriver upgrade demo-silver --to 525.125.06 --dry-run=server
+
+say "upgrade for real anyway: the controller holds silver's pools; no node is cordoned, no GPU job evicted, the old driver keeps running"
+show kubectl nvdriver upgrade demo-silver --to 525.125.06
+for _ in $(seq 1 60); do
+  kubectl get nvidiadriver demo-silver -o jsonpath='{.status.conditions[?(@.type=="ImageAvailable")].reason}' 2>/dev/null | grep -qx ImageMissing && break
+  sleep 0.5
+done
+show kubectl get nvidiadriver demo-silver -o jsonpath='{range .status.conditions[?(@.type=="ImageAvailable")]}{.reason}: {.message}{"\n"}{end}'
+show kubectl get nodes gpu-node-0 gpu-node-2 -o custom-columns=NODE:.metadata.name,CORDONED:.spec.unschedulable,UPGRADE:'.metadata.labels.nvidia\.com/gpu-driver-upgrade-state'
+show kubectl nvdriver doctor demo-silver
+
+say "Push the missing tag: the controller finds it at its next check and the rollout goes on by itself"
+show "$workdir/registry" push "$reg/driver:525.125.06-ubuntu20.04" "$reg/driver:525.125.06-ubuntu22.04"
+wait_ready
+show kubectl nvdriver status demo-silver
 
 say "doctor: plant a problem (a GPU node left cordoned) and let doctor find it"
 kubectl cordon gpu-node-5 >/dev/null

@@ -68,6 +68,8 @@ down() {
   local pidfile
   pidfile="$(dirname "$kubeconfig")/controller.pid"
   if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; fi
+  pidfile="$(dirname "$kubeconfig")/registry.pid" # the demo's registry
+  if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; fi
   local bin="${NVDRIVER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nvdriver/bin/v1.37.2}"
   if [ ! -x "$bin/kwokctl" ]; then echo ">> no kwokctl built; nothing to remove"; return; fi
   if "$bin/kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
