@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
@@ -126,6 +127,7 @@ type env struct {
 	nodes      *nodeWatch
 	ctrl       *controllerProc
 	crs        []string
+	reg        *registrytest.Registry
 }
 
 func bench() error {
@@ -166,6 +168,10 @@ func bench() error {
 	if err := e.createNodes(); err != nil {
 		return err
 	}
+	if err := e.startRegistry(); err != nil {
+		return err
+	}
+	defer e.reg.Close()
 	if e.nodes, err = watchNodes(cfg); err != nil {
 		return err
 	}
@@ -275,6 +281,15 @@ func (e *env) applyCRs() error {
 	})
 	mk("default", -1, func(s *v1alpha1.NVIDIADriverSpec) { s.Default = true; s.Version = "550.90.07" })
 	for _, d := range list {
+		d.Spec.Repository = e.reg.Host + "/nvidia"
+		if g := d.Spec.GPUDirectStorage; g != nil {
+			g.Repository = e.reg.Host + "/nvidia/cloud-native"
+		}
+	}
+	if err := e.pushImages(list); err != nil {
+		return err
+	}
+	for _, d := range list {
 		if err := e.c.Create(context.Background(), d); err != nil {
 			return fmt.Errorf("creating NVIDIADriver %s: %w", d.Name, err)
 		}
@@ -310,6 +325,8 @@ func (e *env) firstStart() error {
 	res.Values["controller_peak_rss_mib"] = e.ctrl.peakRSSMiB()
 	res.Values["controller_heap_inuse_mib"] = m.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
 	res.Values["controller_heap_alloc_mib"] = m.sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
+	res.Values["registry_checks_first_start"] = m.sum("nvdriver_registry_checks_total", nil)
+	logf("registry checks during the first start: %.0f (%.0f images pushed)", res.Values["registry_checks_first_start"], res.Values["registry_images"])
 	logf("controller after convergence: RSS %.0f MiB (peak %.0f), heap in use %.0f MiB",
 		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_heap_inuse_mib"])
 	e.ctrl.heapProfile(fmt.Sprintf("bench-results/heap-%d.pprof", *nodesN))
@@ -522,7 +539,8 @@ func (e *env) patchDefault(want int) error {
 	res.Values["rollout_nodes"] = float64(want)
 	e.ctrl.quiet(5 * time.Second)
 	m0 := e.ctrl.scrape()
-	patch := fmt.Sprintf(`{"spec":{"version":"560.35.03","upgradePolicy":{"maxParallelUpgrades":%d,"maxUnavailable":"100%%"}}}`, *rollP)
+	reg0 := e.reg.Requests.Load()
+	patch := fmt.Sprintf(`{"spec":{"version":"`+rolloutVersion+`","upgradePolicy":{"maxParallelUpgrades":%d,"maxUnavailable":"100%%"}}}`, *rollP)
 	t1 := time.Now()
 	d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 	if err := e.c.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
@@ -540,6 +558,9 @@ func (e *env) patchDefault(want int) error {
 	}
 	res.Values["rollout_seconds"] = time.Since(t1).Seconds()
 	m1 := e.ctrl.scrape()
+	res.Values["registry_checks_rollout"] = m1.sum("nvdriver_registry_checks_total", nil) - m0.sum("nvdriver_registry_checks_total", nil)
+	res.Values["registry_requests_rollout"] = float64(e.reg.Requests.Load() - reg0)
+	logf("registry during the rollout: %.0f checks, %.0f requests", res.Values["registry_checks_rollout"], res.Values["registry_requests_rollout"])
 	h := m1.histogram("nvdriver_upgrade_transition_seconds").minus(m0.histogram("nvdriver_upgrade_transition_seconds"))
 	q := m1.histogram("workqueue_queue_duration_seconds", "name", "upgrade").minus(m0.histogram("workqueue_queue_duration_seconds", "name", "upgrade"))
 	res.Values["rollout_transitions"] = h.count()

@@ -31,4 +31,6 @@ func (e *env) report() {
 	fmt.Printf("| CPU per 1,000 reconciles (during the moves) | %.2f s | |\n", v["cpu_seconds_per_1000_reconciles"])
 	fmt.Printf("| rollout of %.0f nodes at maxParallelUpgrades %d | %.1f s; %v transitions, controller latency p50 %.1f ms, p95 %.1f ms (queue wait p50 %.1f, p95 %.1f ms) | target p95 ≤ 1 s; NVIDIA ~2 min per node |\n",
 		v["rollout_nodes"], *rollP, v["rollout_seconds"], v["rollout_transitions"], v["transition_p50_ms"], v["transition_p95_ms"], v["queue_wait_p50_ms"], v["queue_wait_p95_ms"])
+	fmt.Printf("| registry image checks (loopback registry, %.0f images) | first start %.0f checks; rollout of %.0f nodes %.0f checks, %.0f requests | target: one per distinct image per check interval (the rollout has 4 new images) |\n",
+		v["registry_images"], v["registry_checks_first_start"], v["rollout_nodes"], v["registry_checks_rollout"], v["registry_requests_rollout"])
 }
