@@ -106,6 +106,9 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	var images *imageVerdict
 	// A driver in error keeps its existing DaemonSets (its nodes keep running)
 	// but gets no new ones: fail closed for the CRs involved, and only for them.
+	if pd.Error != nil && r.Images != nil && r.Images.mode != ImageCheckOff {
+		images = &imageVerdict{keep: true} // nothing is applied: nothing to check
+	}
 	if pd.Error == nil {
 		images = r.Images.check(ctx, d, pd.Pools, owned, snap.platformOf())
 		failure = r.applyPools(ctx, d, pd, owned, images)

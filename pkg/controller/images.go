@@ -58,6 +58,9 @@ type poolImages struct {
 
 // imageVerdict is the gate's answer for one CR.
 type imageVerdict struct {
+	// keep: not checked this time (the CR is in error, so nothing is
+	// applied); the condition stays as it was.
+	keep  bool
 	mode  string
 	pools []poolImages // only pools checked
 	held  map[string]bool
@@ -103,6 +106,11 @@ func newImages(pool plan.Pool, cur *appsv1.DaemonSet) []string {
 	return out
 }
 
+// imageCheckParallel bounds one CR's registry requests in flight: a
+// precompiled CR has a pool (and an image) per kernel, and a registry that
+// does not answer costs the checker's timeout per request.
+const imageCheckParallel = 8
+
 // check asks about every unsettled pool of the CR. Pools are held only in
 // enforce mode, only when an image is definitively missing, and only while
 // the DaemonSet does not already run it.
@@ -112,6 +120,12 @@ func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools [
 	}
 	v := &imageVerdict{mode: g.mode, held: map[string]bool{}}
 	kc, creds := g.keychain(ctx, d)
+	type job struct {
+		pool, image int
+		req         imagecheck.Request
+	}
+	var jobs []job
+	var fresh []map[string]bool
 	for _, pool := range pools {
 		cur := owned[pool.DaemonSet]
 		if !unsettled(pool, cur) {
@@ -121,25 +135,39 @@ func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools [
 		for _, n := range pool.Nodes {
 			platforms[platformOf(n)] = true
 		}
-		req := imagecheck.Request{Platforms: sortedKeys(platforms), Keychain: kc, Credentials: creds}
-		pi := poolImages{DaemonSet: pool.DaemonSet, Nodes: pool.Nodes}
-		fresh := map[string]bool{}
+		f := map[string]bool{}
 		for _, img := range newImages(pool, cur) {
-			fresh[img] = true
+			f[img] = true
 		}
-		for _, img := range pool.Images() {
-			req.Image = img
-			res, next := g.checker.Check(ctx, req)
-			pi.Results = append(pi.Results, res)
-			if res.Status != imagecheck.OK && (v.next.IsZero() || next.Before(v.next)) {
-				v.next = next
-			}
-			if res.Status == imagecheck.Missing && g.mode == ImageCheckEnforce && fresh[img] {
-				pi.Held = true
-			}
+		imgs := pool.Images()
+		for i, img := range imgs {
+			jobs = append(jobs, job{pool: len(v.pools), image: i, req: imagecheck.Request{Image: img, Platforms: sortedKeys(platforms), Keychain: kc, Credentials: creds}})
 		}
-		v.held[pool.DaemonSet] = pi.Held
-		v.pools = append(v.pools, pi)
+		v.pools = append(v.pools, poolImages{DaemonSet: pool.DaemonSet, Nodes: pool.Nodes, Results: make([]imagecheck.Result, len(imgs))})
+		fresh = append(fresh, f)
+	}
+	nexts := make([]time.Time, len(jobs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, imageCheckParallel)
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			v.pools[j.pool].Results[j.image], nexts[i] = g.checker.Check(ctx, j.req)
+		}()
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		pi := &v.pools[j.pool]
+		res := pi.Results[j.image]
+		if res.Status != imagecheck.OK && (v.next.IsZero() || nexts[i].Before(v.next)) {
+			v.next = nexts[i]
+		}
+		if res.Status == imagecheck.Missing && g.mode == ImageCheckEnforce && fresh[j.pool][res.Image] {
+			pi.Held = true
+		}
+		v.held[pi.DaemonSet] = pi.Held
 	}
 	return v
 }
@@ -192,7 +220,7 @@ func (l *lazyKeychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
 // condition is the ImageAvailable condition for the verdict: nil when the
 // check is off (the condition is then removed).
 func (v *imageVerdict) condition(generation int64) *metav1.Condition {
-	if v == nil {
+	if v == nil || v.keep {
 		return nil
 	}
 	c := &metav1.Condition{Type: v1alpha1.ConditionImageAvailable, Status: metav1.ConditionTrue, Reason: imagecheck.ReasonFound,

@@ -117,6 +117,11 @@ func TestStatusOfHeldPool(t *testing.T) {
 		t.Fatalf("ImageAvailable = %v", c)
 	}
 	d.Status = st
+	// A CR in error is not checked (nothing is applied): the condition stays.
+	kept := computeStatus(statusInput{Driver: d, Plan: &plan.Driver{Pools: []plan.Pool{p}, Error: &plan.Problem{Reason: "ConflictingNodeSelector", Message: "x"}}, Images: &imageVerdict{keep: true}})
+	if c := meta.FindStatusCondition(kept.Conditions, v1alpha1.ConditionImageAvailable); c == nil || c.Reason != imagecheck.ReasonMissing {
+		t.Fatalf("a CR in error lost its ImageAvailable condition: %v", c)
+	}
 	st = computeStatus(statusInput{Driver: d, Plan: &plan.Driver{Pools: []plan.Pool{p}}, DaemonSets: map[string]*appsv1.DaemonSet{"ds": running(p.Image, 2, 2, 2)}})
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionImageAvailable); c != nil {
 		t.Fatalf("with the check off the condition stays: %v", c)

@@ -176,6 +176,9 @@ func noNodesMessage(pd *plan.Driver) string {
 // makes a held pool the reason the driver is not Ready: its nodes run the
 // old driver, not the one the CR asks for.
 func setImageCondition(st *v1alpha1.NVIDIADriverStatus, v *imageVerdict, prog *progressCounts) {
+	if v != nil && v.keep {
+		return
+	}
 	c := v.condition(st.ObservedGeneration)
 	if c == nil {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionImageAvailable)
