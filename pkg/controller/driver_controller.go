@@ -127,36 +127,35 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	r.eventOnNewError(d, pd)
 
-	states, owners := map[string]string{}, map[string]string{}
-	for _, n := range snap.nodes {
-		if s := n.Labels[plan.LabelUpgradeState]; s != "" {
-			states[n.Name] = s
-		}
-		owners[n.Name] = n.Labels[plan.LabelOwner]
-	}
+	states, owners := snap.nodeLabels()
 	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure, Images: images})
 	r.eventOnImages(d, st)
 	if err := r.writeStatus(ctx, d, st); err != nil {
 		return ctrl.Result{}, err
 	}
 	recordState(d.Name, st.State)
-	var res ctrl.Result
-	if missing {
-		// Valid at admission, impossible at runtime: reported in the status
-		// (and by doctor), looked at again calmly rather than retried hot.
-		res.RequeueAfter = recheckMissing
-	}
-	if images != nil && !images.next.IsZero() {
-		// An image that was missing or could not be checked is asked about
-		// again when its answer goes stale (the checker's backoff).
-		if after := max(time.Until(images.next), time.Second); res.RequeueAfter == 0 || after < res.RequeueAfter {
-			res.RequeueAfter = after
-		}
-	}
-	if res.RequeueAfter > 0 && (failure == nil || missing) {
-		return res, nil
+	if after := requeueAfter(missing, images); after > 0 && (failure == nil || missing) {
+		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	return ctrl.Result{}, failure
+}
+
+// requeueAfter is when to look at a CR again that waits for something no
+// watch tells of: a missing secretEnv Secret (valid at admission,
+// impossible at runtime: looked at again calmly rather than retried hot),
+// or an image that was missing or could not be checked (asked about again
+// when its answer goes stale, the checker's backoff). 0: no need.
+func requeueAfter(missingSecret bool, images *imageVerdict) time.Duration {
+	var after time.Duration
+	if missingSecret {
+		after = recheckMissing
+	}
+	if images != nil && !images.next.IsZero() {
+		if a := max(time.Until(images.next), time.Second); after == 0 || a < after {
+			after = a
+		}
+	}
+	return after
 }
 
 // eventOnImages tells of a pool held for a missing image, and of its release.

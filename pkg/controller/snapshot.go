@@ -36,6 +36,18 @@ func takeSnapshot(ctx context.Context, c client.Reader) (*snapshot, error) {
 	return &snapshot{nodes: nodes.Items, drivers: drivers.Items}, nil
 }
 
+// nodeLabels are the nodes' upgrade states (where set) and owner labels.
+func (s *snapshot) nodeLabels() (states, owners map[string]string) {
+	states, owners = map[string]string{}, map[string]string{}
+	for _, n := range s.nodes {
+		if st := n.Labels[plan.LabelUpgradeState]; st != "" {
+			states[n.Name] = st
+		}
+		owners[n.Name] = n.Labels[plan.LabelOwner]
+	}
+	return states, owners
+}
+
 // platformOf gives a node's "os/arch" for the image check, indexing the
 // nodes on the first call only (most reconciles check nothing).
 func (s *snapshot) platformOf() func(node string) string {

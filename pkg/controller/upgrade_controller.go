@@ -171,69 +171,76 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 			in.Annotations = map[string]string{}
 		}
 		ps.inputs[i] = in
-		// Pods on the node are listed (uncached, per node) only where the
-		// decision reads them: each LIST costs a round trip against the
-		// client's rate limit, and a rollout at maxParallelUpgrades 100 has
-		// a hundred nodes in these states at once.
-		var needPods bool
-		switch in.State {
-		case upgrade.StateValidation:
-			needPods = r.Options.ValidationPodSelector != ""
-		case upgrade.StateWaitForJobs:
-			needPods = policy.WaitForJobsSelector != ""
-		case upgrade.StatePodDeletion, upgrade.StateDrain:
-			needPods = true
-		case upgrade.StatePodRestart:
-			// Once the new driver pod runs, a GPU pod arriving changes nothing.
-			needPods = in.DriverPod == nil || !in.DriverPod.InSync
-		}
-		if !needPods {
+		if !r.needsPods(in, policy) {
 			continue
 		}
-		g.Go(func() error {
-			onNode, err := r.podsOnNode(gctx, n.Name)
-			if err != nil {
-				return err
-			}
-			podsMu.Lock()
-			ps.listed[n.Name] = onNode
-			podsMu.Unlock()
-			in := &ps.inputs[i]
-			if in.State == upgrade.StateValidation {
-				in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
-				return nil
-			}
-			targets := stepTargets(onNode, in.State, policy.Drain)
-			in.GPUPods = len(targets)
-			if (in.State == upgrade.StatePodDeletion || in.State == upgrade.StateDrain) && len(targets) > 0 {
-				rm, err := r.plannedRemoval(gctx, n.Name, in.State, policy, targets)
-				if err != nil {
-					return err
-				}
-				in.Refused = rm.refused
-				podsMu.Lock()
-				ps.evictable[n.Name] = rm.evict
-				podsMu.Unlock()
-			}
-			if in.State == upgrade.StateDrain {
-				// The driver never restarts under a GPU pod: one the drain's
-				// selector leaves is refused too (else the node would go back
-				// and forth between pod deletion and the drain).
-				unselected := unselectedGPUPods(onNode, targets)
-				in.Refused = append(in.Refused, unselected...)
-				in.GPUPods += len(unselected)
-			}
-			if policy.WaitForJobsSelector != "" {
-				in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
-			}
-			return nil
-		})
+		g.Go(func() error { return r.observePods(gctx, ps, i, policy, &podsMu) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return ps, nil
+}
 
+// needsPods: the pods on a node are listed (uncached, per node) only where
+// the decision reads them: each LIST costs a round trip against the
+// client's rate limit, and a rollout at maxParallelUpgrades 100 has a
+// hundred nodes in these states at once.
+func (r *UpgradeReconciler) needsPods(in upgrade.Node, policy upgrade.Policy) bool {
+	switch in.State {
+	case upgrade.StateValidation:
+		return r.Options.ValidationPodSelector != ""
+	case upgrade.StateWaitForJobs:
+		return policy.WaitForJobsSelector != ""
+	case upgrade.StatePodDeletion, upgrade.StateDrain:
+		return true
+	case upgrade.StatePodRestart:
+		// Once the new driver pod runs, a GPU pod arriving changes nothing.
+		return in.DriverPod == nil || !in.DriverPod.InSync
+	}
+	return false
+}
+
+// observePods reads the pods on node i of the pass and fills what its
+// state's decision needs: validators, GPU pods and what may remove them,
+// job pods.
+func (r *UpgradeReconciler) observePods(ctx context.Context, ps *pass, i int, policy upgrade.Policy, mu *sync.Mutex) error {
+	in := &ps.inputs[i]
+	onNode, err := r.podsOnNode(ctx, in.Name)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	ps.listed[in.Name] = onNode
+	mu.Unlock()
+	if in.State == upgrade.StateValidation {
+		in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
+		return nil
+	}
+	targets := stepTargets(onNode, in.State, policy.Drain)
+	in.GPUPods = len(targets)
+	if (in.State == upgrade.StatePodDeletion || in.State == upgrade.StateDrain) && len(targets) > 0 {
+		rm, err := r.plannedRemoval(ctx, in.Name, in.State, policy, targets)
+		if err != nil {
+			return err
+		}
+		in.Refused = rm.refused
+		mu.Lock()
+		ps.evictable[in.Name] = rm.evict
+		mu.Unlock()
+	}
+	if in.State == upgrade.StateDrain {
+		// The driver never restarts under a GPU pod: one the drain's
+		// selector leaves is refused too (else the node would go back
+		// and forth between pod deletion and the drain).
+		unselected := unselectedGPUPods(onNode, targets)
+		in.Refused = append(in.Refused, unselected...)
+		in.GPUPods += len(unselected)
+	}
+	if policy.WaitForJobsSelector != "" {
+		in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
+	}
+	return nil
 }
 
 // carryOut decides and carries out the pass, each node's decision
