@@ -166,7 +166,7 @@ func (r *DriverReconciler) eventOnImages(d *v1alpha1.NVIDIADriver, st v1alpha1.N
 	switch {
 	case now != nil && now.Reason == imagecheck.ReasonMissing && !wasMissing:
 		r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, EventImageMissing, "CheckImage", "%s", now.Message)
-	case wasMissing && now != nil && now.Status == metav1.ConditionTrue:
+	case wasMissing && now != nil && now.Reason == imagecheck.ReasonFound:
 		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventImageFound, "CheckImage", "The registry now has the image(s) that were missing; the rollout goes on")
 	}
 }

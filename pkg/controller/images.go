@@ -164,7 +164,9 @@ func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools [
 		if res.Status != imagecheck.OK && (v.next.IsZero() || nexts[i].Before(v.next)) {
 			v.next = nexts[i]
 		}
-		if res.Status == imagecheck.Missing && g.mode == ImageCheckEnforce && fresh[j.pool][res.Image] {
+		// A pool held on "not found" stays held while the registry cannot
+		// be asked: only its "it exists" releases the pool.
+		if (res.Status == imagecheck.Missing || res.StillMissing) && g.mode == ImageCheckEnforce && fresh[j.pool][res.Image] {
 			pi.Held = true
 		}
 		v.held[pi.DaemonSet] = pi.Held
@@ -226,17 +228,21 @@ func (v *imageVerdict) condition(generation int64) *metav1.Condition {
 	c := &metav1.Condition{Type: v1alpha1.ConditionImageAvailable, Status: metav1.ConditionTrue, Reason: imagecheck.ReasonFound,
 		Message: "The registry has every image being rolled out", ObservedGeneration: generation}
 	if len(v.pools) == 0 {
-		c.Message = "Every pool runs its images; nothing to check"
+		// Not "found": nothing was asked. Every pool is rolled out and
+		// available, so its nodes pulled its images.
+		c.Reason, c.Message = v1alpha1.ReasonNothingToCheck, "Every pool is rolled out and available on its images; nothing to check"
 		return c
 	}
 	var missing, unknown []string
 	unknownReason := ""
 	for _, p := range v.pools {
 		for _, r := range p.Results {
-			switch r.Status {
-			case imagecheck.Missing:
+			switch {
+			case r.Status == imagecheck.Missing:
 				missing = append(missing, missingLine(p, r))
-			case imagecheck.Unknown:
+			case r.StillMissing:
+				missing = append(missing, missingLine(p, r)+" (last answer: not found; the registry cannot be asked now: "+r.Message+")")
+			case r.Status == imagecheck.Unknown:
 				unknown = append(unknown, fmt.Sprintf("%s: %s", r.Image, r.Message))
 				if unknownReason == "" {
 					unknownReason = r.Reason
@@ -257,7 +263,7 @@ func (v *imageVerdict) condition(generation int64) *metav1.Condition {
 		default:
 			what = "the DaemonSet already runs it, so nothing is held: a driver pod that restarts will fail to pull"
 		}
-		c.Message = "Image not found in the registry: " + strings.Join(missing, "; ") + "; " + what + " (checked again " + v.nextIn() + ")"
+		c.Message = "Image not found in the registry: " + strings.Join(missing, "; ") + "; " + what + " (checked again on a backoff, 30 s doubling to 10 min)"
 		if len(unknown) > 0 {
 			c.Message += "; could not check: " + strings.Join(unknown, "; ")
 		}
@@ -266,13 +272,6 @@ func (v *imageVerdict) condition(generation int64) *metav1.Condition {
 		c.Message = "Could not check: " + strings.Join(unknown, "; ") + "; not holding (only a registry's \"not found\" holds a rollout)"
 	}
 	return c
-}
-
-func (v *imageVerdict) nextIn() string {
-	if v.next.IsZero() {
-		return "soon"
-	}
-	return "at " + v.next.UTC().Format(time.RFC3339)
 }
 
 func missingLine(p poolImages, r imagecheck.Result) string {

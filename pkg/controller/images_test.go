@@ -67,7 +67,7 @@ func TestImageGate(t *testing.T) {
 			wantMsg: "not holding"},
 		{name: "applied, not yet observed by the DaemonSet controller", mode: ImageCheckWarn, pool: pool(newImg), live: func() *appsv1.DaemonSet { d := running(newImg, 2, 2, 2); d.Generation = 2; return d }(),
 			wantCond: metav1.ConditionFalse, wantRsn: imagecheck.ReasonMissing},
-		{name: "settled pool: nothing asked", mode: ImageCheckEnforce, pool: pool(newImg), live: running(newImg, 2, 2, 2), wantCond: metav1.ConditionTrue, wantRsn: imagecheck.ReasonFound, noRequest: true},
+		{name: "settled pool: nothing asked", mode: ImageCheckEnforce, pool: pool(newImg), live: running(newImg, 2, 2, 2), wantCond: metav1.ConditionTrue, wantRsn: v1alpha1.ReasonNothingToCheck, noRequest: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +93,41 @@ func TestImageGate(t *testing.T) {
 				t.Error("no re-check time for an image that was not found")
 			}
 		})
+	}
+
+	// Held on "not found", then the registry stops answering: still held
+	// (only "it exists" releases a pool).
+	flaky, err := registrytest.Start("127.0.0.1:0", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flaky.Close()
+	now := time.Unix(1_000_000, 0)
+	g := &imageGate{mode: ImageCheckEnforce, checker: &imagecheck.Checker{Timeout: 5 * time.Second, Now: func() time.Time { return now }}}
+	held := pool(flaky.Host + "/nvidia/driver:570.1-ubuntu22.04")
+	live := map[string]*appsv1.DaemonSet{held.DaemonSet: running(oldImg, 2, 2, 2)}
+	check := func() *imageVerdict {
+		return g.check(context.Background(), &v1alpha1.NVIDIADriver{}, []plan.Pool{held}, live, func(string) string { return "linux/amd64" })
+	}
+	if v := check(); !v.isHeld(held.DaemonSet) {
+		t.Fatal("not held on not found")
+	}
+	flaky.SetDown(true)
+	now = now.Add(time.Hour)
+	v := check()
+	if !v.isHeld(held.DaemonSet) {
+		t.Fatalf("released when the registry went down: %+v", v.pools)
+	}
+	if c := v.condition(1); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "last answer: not found; the registry cannot be asked now") {
+		t.Errorf("condition while held and unreachable: %s %q", c.Status, c.Message)
+	}
+	flaky.SetDown(false)
+	if err := flaky.Push("nvidia/driver:570.1-ubuntu22.04"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour)
+	if v := check(); v.isHeld(held.DaemonSet) {
+		t.Fatal("still held after the registry said the image exists")
 	}
 
 	off := &imageGate{mode: ImageCheckOff, checker: &imagecheck.Checker{}}

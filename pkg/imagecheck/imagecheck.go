@@ -58,6 +58,11 @@ type Result struct {
 	Reason string `json:"reason"`
 	// Message is the human part: what the registry said.
 	Message string `json:"message,omitempty"`
+	// StillMissing, on an Unknown result, says the registry's last
+	// definitive answer for this image was "not found": a hold stays until
+	// the registry says the image exists, not merely until it stops
+	// answering.
+	StillMissing bool `json:"stillMissing,omitempty"`
 }
 
 // String is what tables print: ok, missing, or "unknown: <why>".
@@ -109,6 +114,8 @@ type entry struct {
 	result  Result
 	next    time.Time
 	backoff time.Duration
+	// definitive is the last OK or Missing answer.
+	definitive Status
 }
 
 // Default durations (docs/design.md, "Image preflight").
@@ -167,13 +174,14 @@ func (c *Checker) Check(ctx context.Context, req Request) (res Result, next time
 		if c.OnRequest != nil {
 			c.OnRequest(res)
 		}
-		return [2]any{res, c.remember(key, res)}, nil
+		res, next := c.remember(key, res)
+		return [2]any{res, next}, nil
 	})
 	pair := v.([2]any)
 	return pair[0].(Result), pair[1].(time.Time)
 }
 
-func (c *Checker) remember(key string, res Result) time.Time {
+func (c *Checker) remember(key string, res Result) (Result, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
@@ -196,8 +204,14 @@ func (c *Checker) remember(key string, res Result) time.Time {
 		}
 		e.next = c.now().Add(e.backoff)
 	}
+	switch res.Status {
+	case OK, Missing:
+		e.definitive = res.Status
+	case Unknown:
+		res.StillMissing = e.definitive == Missing
+	}
 	e.result = res
-	return e.next
+	return res, e.next
 }
 
 // ask makes the requests: a HEAD of the manifest, and for an index a GET of

@@ -182,6 +182,20 @@ spec:
 		}
 		return nil
 	})
+	// The registry stops answering: "cannot ask" is not "it exists", so the
+	// pool stays held (sampled all along).
+	reg.SetDown(true)
+	unknown := (&replica{metrics: ctrlMetrics}).metric("nvdriver_registry_checks_total", `status="unknown"`)
+	eventually(t, time.Minute, "two checks against the dead registry", func() error {
+		if n := (&replica{metrics: ctrlMetrics}).metric("nvdriver_registry_checks_total", `status="unknown"`); n < unknown+2 {
+			return fmt.Errorf("%v checks", n)
+		}
+		return nil
+	})
+	if c, _ := imageCondition(t, "img"); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "last answer: not found") {
+		t.Errorf("ImageAvailable with the registry down: %v", c)
+	}
+	reg.SetDown(false)
 	close(stop)
 	<-done
 	mu.Lock()

@@ -25,6 +25,7 @@ const (
 	// Reasons of ImageAvailable (ImageMissing is also Ready's reason while a
 	// pool is held for its image).
 	ReasonImagesFound         = "ImagesFound"
+	ReasonNothingToCheck      = "NothingToCheck"
 	ReasonImageMissing        = "ImageMissing"
 	ReasonRegistryUnreachable = "RegistryUnreachable"
 	ReasonRegistryAuthFailed  = "RegistryAuthFailed"
