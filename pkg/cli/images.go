@@ -115,7 +115,7 @@ func kernelJobs(d *plan.Driver, cr *v1alpha1.NVIDIADriver, nodes []plan.Node, kc
 	byKey := map[key]*plan.KernelImage{}
 	platforms := map[key]map[string]bool{}
 	for _, n := range nodes {
-		if !plan.IsGPUNode(n.Labels) || n.Labels[plan.LabelKernel] == "" {
+		if !plan.IsGPUNode(n.Labels) || n.Labels[plan.LabelKernel] == "" || plan.Excluded(n.Labels) != "" {
 			continue
 		}
 		osTag, _, ok := plan.OSTag(n.Labels)
@@ -304,7 +304,7 @@ func imageWhy(c plan.ImageCheck) string {
 	case c.Status == string(imagecheck.Missing) && c.Message != "" && c.Message != "not found in the registry":
 		return c.Message
 	case c.Status == string(imagecheck.Missing):
-		return "not found in the registry: the controller (imageCheck=enforce, the default) holds the pool until it exists"
+		return "not found in the registry: under imageCheck=enforce (the default) the controller rolls no node of the pool onto it until it exists"
 	}
 	return c.Reason + ": " + c.Message
 }
@@ -348,7 +348,7 @@ func (o *UpgradeOptions) checkImages(ctx context.Context, c client.Reader, d *v1
 			case plan.ImageStatusOK:
 				fmt.Fprintln(o.Streams.ErrOut, line)
 			case plan.ImageStatusMissing:
-				fmt.Fprintf(o.Streams.ErrOut, "warning: %s: the controller holds this pool (no node cordoned) until the image exists\n", line)
+				fmt.Fprintf(o.Streams.ErrOut, "warning: %s: under imageCheck=enforce (the default) the controller rolls no node of this pool onto it until it exists\n", line)
 			default:
 				fmt.Fprintf(o.Streams.ErrOut, "warning: %s: could not check (%s: %s)\n", line, ic.Reason, ic.Message)
 			}

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -146,6 +148,10 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 	if o.To != "" {
 		if o.To == d.Spec.Version {
 			fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s unchanged (already at version %s)\n", o.Name, o.To)
+			// Run again on a held rollout, it says again why it is held.
+			if err := o.checkImages(ctx, c, d); err != nil {
+				return err
+			}
 		} else {
 			if isDowngrade(d.Spec.Version, o.To) {
 				fmt.Fprintf(o.Streams.ErrOut, "warning: %s -> %s is a downgrade\n", d.Spec.Version, o.To)
@@ -282,6 +288,7 @@ func (o *UpgradeOptions) wait(interrupted context.Context, c client.Client, t wa
 	start := time.Now()
 	last := ""
 	lost := false
+	heldMsg := ""
 	var result error
 	err := wait.PollUntilContextTimeout(interrupted, o.Interval, o.Timeout, true, func(ctx context.Context) (bool, error) {
 		obs, err := readObservation(ctx, c, o.Name, namespaceFlag(o.Flags), t.nodes)
@@ -308,6 +315,7 @@ func (o *UpgradeOptions) wait(interrupted context.Context, c client.Client, t wa
 			fmt.Fprintf(o.Streams.ErrOut, "warning: API server back; following again\n")
 			lost = false
 		}
+		heldMsg = o.sayHeld(&obs, heldMsg, tty)
 		p := t.judge(obs)
 		line := progressLine(p, tty, st)
 		if tty {
@@ -338,6 +346,23 @@ func (o *UpgradeOptions) wait(interrupted context.Context, c client.Client, t wa
 		return fmt.Errorf("interrupted after %s while waiting for %s (%s); nothing else was changed and the rollout goes on in the cluster: follow it with kubectl nvdriver status %s -w", time.Since(start).Round(time.Second), o.Name, last, o.Name)
 	}
 	return fmt.Errorf("timed out after %s waiting for %s to finish upgrading (%s); it goes on in the cluster: follow it with kubectl nvdriver status %s -w", o.Timeout, o.Name, last, o.Name)
+}
+
+// sayHeld tells, once per change, that the controller holds a pool for a
+// missing image: the wait goes on (the image may be pushed), but the user
+// knows why nothing moves. It returns the message said.
+func (o *UpgradeOptions) sayHeld(obs *observation, said string, tty bool) string {
+	c := meta.FindStatusCondition(obs.driver.Status.Conditions, v1alpha1.ConditionImageAvailable)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonImageMissing {
+		return ""
+	}
+	if c.Message != said {
+		if tty {
+			fmt.Fprintln(o.Streams.Out)
+		}
+		fmt.Fprintf(o.Streams.ErrOut, "warning: waiting on the registry: %s\n", c.Message)
+	}
+	return c.Message
 }
 
 func (o *UpgradeOptions) finish(p progress, took time.Duration) error {

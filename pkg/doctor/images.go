@@ -37,12 +37,11 @@ func checkImages(s *Snapshot, _ *plan.Plan) []Finding {
 						why = " (" + c.Message + ")"
 					}
 					out = append(out, Finding{Severity: Error, Objects: append(obj, nodeObjs(first(pool.Nodes, 10))...),
-						Message: fmt.Sprintf("%s: image %s is not in the registry%s: %s's %d node(s) cannot run it; the controller holds the pool (no node cordoned) until it exists", d.Name, c.Image, why, pool.DaemonSet, len(pool.Nodes)),
-						Fix:     fmt.Sprintf("push the image, or choose a version that exists: kubectl nvdriver upgrade %s --to VERSION --dry-run", d.Name)})
+						Message: fmt.Sprintf("%s: image %s is not in the registry%s: %s's %d node(s) cannot run it; under imageCheck=enforce (the default) the controller rolls none of them onto it until it exists; push the image, or choose a version that exists", d.Name, c.Image, why, pool.DaemonSet, len(pool.Nodes)),
+						Fix:     "kubectl nvdriver preview " + d.Name})
 				case plan.ImageStatusUnknown:
 					out = append(out, Finding{Severity: Warning, Objects: obj,
-						Message: fmt.Sprintf("%s: could not check image %s from here (%s: %s)", d.Name, c.Image, c.Reason, c.Message),
-						Fix:     "log in to the registry (docker login), or check the NVIDIADriver's imagePullSecrets; --check-images=false skips this check"})
+						Message: fmt.Sprintf("%s: could not check image %s from here (%s: %s); %s", d.Name, c.Image, c.Reason, c.Message, unknownAdvice(c.Reason))})
 				}
 			}
 		}
@@ -68,8 +67,8 @@ func imagesFromConditions(s *Snapshot) []Finding {
 		switch {
 		case c == nil || c.Status == metav1.ConditionTrue:
 		case c.Status == metav1.ConditionFalse:
-			out = append(out, Finding{Severity: Error, Objects: []string{"nvidiadriver/" + d.Name}, Message: d.Name + ": " + c.Message,
-				Fix: fmt.Sprintf("push the image, or choose a version that exists: kubectl nvdriver upgrade %s --to VERSION --dry-run", d.Name)})
+			out = append(out, Finding{Severity: Error, Objects: []string{"nvidiadriver/" + d.Name}, Message: d.Name + ": " + c.Message + "; push the image, or choose a version that exists",
+				Fix: "kubectl nvdriver preview " + d.Name})
 		default:
 			out = append(out, Finding{Severity: Warning, Objects: []string{"nvidiadriver/" + d.Name}, Message: d.Name + ": the controller " + lowerFirst(c.Message),
 				Fix: "kubectl describe nvidiadriver " + d.Name})
@@ -83,4 +82,17 @@ func lowerFirst(s string) string {
 		return s
 	}
 	return string(s[0]|0x20) + s[1:]
+}
+
+// unknownAdvice is what to do about a check that got no answer, by reason.
+func unknownAdvice(reason string) string {
+	switch reason {
+	case v1alpha1.ReasonRegistryAuthFailed:
+		return "log in to the registry (docker login) or check the NVIDIADriver's imagePullSecrets; --check-images=false skips this check"
+	case v1alpha1.ReasonRegistryUnreachable:
+		return "the registry cannot be reached from this machine (it may still be from the nodes); --check-images=false skips this check"
+	case v1alpha1.ReasonInvalidReference:
+		return "the image reference does not parse: check spec.repository, spec.image and spec.version"
+	}
+	return "the registry answered with an error; try again later, or --check-images=false skips this check"
 }

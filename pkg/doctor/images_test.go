@@ -31,7 +31,7 @@ func TestImageAvailable(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("want a missing image (error), an unchecked one and an unselected kernel (warnings); got %+v", got)
 	}
-	if got[0].Severity != Error || !strings.Contains(got[0].Message, "gold: image reg/driver:2-ubuntu22.04 is not in the registry: ds-a's 2 node(s) cannot run it") || !strings.Contains(got[0].Fix, "kubectl nvdriver upgrade gold --to VERSION --dry-run") {
+	if got[0].Severity != Error || !strings.Contains(got[0].Message, "gold: image reg/driver:2-ubuntu22.04 is not in the registry: ds-a's 2 node(s) cannot run it") || got[0].Fix != "kubectl nvdriver preview gold" {
 		t.Errorf("missing: %+v", got[0])
 	}
 	if got[1].Severity != Warning || !strings.Contains(got[1].Message, "could not check image reg/driver:2-rhel9 from here (RegistryAuthFailed: 401)") {

@@ -510,6 +510,10 @@ func pickDefault(live []*v1alpha1.NVIDIADriver, out map[string]*Driver) *v1alpha
 	return defaults[0]
 }
 
+// Excluded is the skip reason of a node whose driver is not ours to run
+// (pre-installed on the host, or disabled), "" otherwise.
+func Excluded(labels map[string]string) string { return excluded(labels) }
+
 func excluded(labels map[string]string) string {
 	switch labels[LabelDeployDriver] {
 	case DeployPreInstalled:

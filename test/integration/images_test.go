@@ -106,12 +106,22 @@ func TestPluginChecksImages(t *testing.T) {
 
 	// upgrade --dry-run: exit 3 for the missing tag, nothing written.
 	code, out, errOut = plugin(t, "", "upgrade", "ic-open", "--to", "560.35.03", "--dry-run=server", "--check-images")
-	if code != cli.ExitFindings || !strings.Contains(errOut, "image "+open.Host+"/nvidia/driver:560.35.03-ubuntu22.04 for ") || !strings.Contains(errOut, ": missing: the controller holds this pool") {
+	if code != cli.ExitFindings || !strings.Contains(errOut, "image "+open.Host+"/nvidia/driver:560.35.03-ubuntu22.04 for ") || !strings.Contains(errOut, ": missing: under imageCheck=enforce (the default) the controller rolls no node of this pool onto it") {
 		t.Fatalf("upgrade --dry-run to a missing tag: exit %d\n%s\n%s", code, out, errOut)
 	}
 	got := &v1alpha1.NVIDIADriver{}
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "ic-open"}, got); err != nil || got.Spec.Version != "550.90.07" {
 		t.Fatalf("a dry run changed the version: %v %s", err, got.Spec.Version)
+	}
+	// Run again on a CR already at the missing version: it says so again
+	// (exit 3 under --dry-run), not just "unchanged".
+	got.Spec.Version = "560.35.03"
+	if err := k8s.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = plugin(t, "", "upgrade", "ic-open", "--to", "560.35.03", "--dry-run=server", "--check-images")
+	if code != cli.ExitFindings || !strings.Contains(out, "unchanged (already at version 560.35.03)") || !strings.Contains(errOut, "-ubuntu22.04 for ") {
+		t.Fatalf("upgrade --dry-run again at the missing version: exit %d\n%s\n%s", code, out, errOut)
 	}
 	if err := open.Push("nvidia/driver:560.35.03-ubuntu22.04"); err != nil {
 		t.Fatal(err)
