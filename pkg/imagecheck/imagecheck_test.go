@@ -17,16 +17,6 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
 )
 
-func newRegistry(t *testing.T, user, pass string) *registrytest.Registry {
-	t.Helper()
-	r, err := registrytest.Start("127.0.0.1:0", user, pass)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	return r
-}
-
 func push(t *testing.T, r *registrytest.Registry, ref string) {
 	t.Helper()
 	if err := r.Push(ref); err != nil {
@@ -45,7 +35,7 @@ func pullSecret(host, user, pass string) corev1.Secret {
 }
 
 func TestCheck(t *testing.T) {
-	open := newRegistry(t, "", "")
+	open := registrytest.StartTest(t, "", "")
 	push(t, open, "nvidia/driver:550.90.07-ubuntu22.04")
 	if err := open.PushIndex("nvidia/driver:550.90.07-multi", v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64"}); err != nil {
 		t.Fatal(err)
@@ -54,12 +44,12 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	private := newRegistry(t, "admin", "s3cret")
+	private := registrytest.StartTest(t, "admin", "s3cret")
 	push(t, private, "nvidia/driver:550.90.07-ubuntu22.04")
 	good := pullSecret(private.Host, "admin", "s3cret")
 	wrong := pullSecret(private.Host, "admin", "guess")
 
-	down := newRegistry(t, "", "")
+	down := registrytest.StartTest(t, "", "")
 	down.SetDown(true)
 
 	cases := []struct {
@@ -111,7 +101,7 @@ func TestCheck(t *testing.T) {
 // callers; a missing image is asked again on a doubling backoff and found
 // once it is pushed.
 func TestCheckCachesAndBacksOff(t *testing.T) {
-	reg := newRegistry(t, "", "")
+	reg := registrytest.StartTest(t, "", "")
 	now := time.Unix(1_000_000, 0)
 	var asked atomic.Int64
 	c := &imagecheck.Checker{Now: func() time.Time { return now }, MinBackoff: 30 * time.Second, MaxBackoff: 100 * time.Second, TTL: time.Hour,

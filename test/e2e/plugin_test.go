@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvdriver/nvdriver/pkg/cli"
 	"github.com/nvdriver/nvdriver/pkg/doctor"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -29,7 +30,7 @@ func nvdriver(t *testing.T, args ...string) (int, string, string) {
 // nvdriverNoT runs the plugin (safe off the test goroutine); code -1 means it
 // could not run.
 func nvdriverNoT(args ...string) (int, string, string) {
-	cmd := exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), offlineImages(args)...)
+	cmd := exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), registrytest.Offline(args)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1")
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -42,25 +43,6 @@ func nvdriverNoT(args ...string) (int, string, string) {
 		return -1, "", err.Error()
 	}
 	return code, out.String(), errOut.String()
-}
-
-// offlineImages adds --check-images=false to the verbs that ask registries,
-// unless the test sets it: the test clusters' CRs name nvcr.io images, which
-// no test may ask about (the image tests use a loopback registry).
-func offlineImages(args []string) []string {
-	if len(args) == 0 {
-		return args
-	}
-	for _, a := range args {
-		if strings.HasPrefix(a, "--check-images") {
-			return args
-		}
-	}
-	switch args[0] {
-	case "preview", "doctor", "upgrade":
-		return append(append([]string(nil), args...), "--check-images=false")
-	}
-	return args
 }
 
 func deleteCRs(t *testing.T, names ...string) {

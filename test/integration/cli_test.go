@@ -24,6 +24,7 @@ import (
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli"
+	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
@@ -139,27 +140,8 @@ func plugin(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 	t.Helper()
 	p := cliProxy(t)
 	var out, errOut bytes.Buffer
-	code = cli.MainContext(context.Background(), append([]string{"--kubeconfig", p.kubecfg}, offlineImages(args)...), strings.NewReader(stdin), &out, &errOut)
+	code = cli.MainContext(context.Background(), append([]string{"--kubeconfig", p.kubecfg}, registrytest.Offline(args)...), strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
-}
-
-// offlineImages adds --check-images=false to the verbs that ask registries,
-// unless the test sets it: the test clusters' CRs name nvcr.io images, which
-// no test may ask about (the image tests use a loopback registry).
-func offlineImages(args []string) []string {
-	if len(args) == 0 {
-		return args
-	}
-	for _, a := range args {
-		if strings.HasPrefix(a, "--check-images") {
-			return args
-		}
-	}
-	switch args[0] {
-	case "preview", "doctor", "upgrade":
-		return append(append([]string(nil), args...), "--check-images=false")
-	}
-	return args
 }
 
 func cliNodes(t *testing.T, prefix string, n int, extra map[string]string) []*corev1.Node {

@@ -19,16 +19,6 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
-func startRegistry(t *testing.T, user, pass string) *registrytest.Registry {
-	t.Helper()
-	r, err := registrytest.Start("127.0.0.1:0", user, pass)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	return r
-}
-
 func imageChecks(t *testing.T, out, driver string) []plan.ImageCheck {
 	t.Helper()
 	var p plan.Plan
@@ -46,8 +36,8 @@ func imageChecks(t *testing.T, out, driver string) []plan.ImageCheck {
 // pull Secret when the registry needs one, and say ok / missing / unknown.
 func TestPluginChecksImages(t *testing.T) {
 	startController(t) // creates the driver namespace, and gives the CRs a status
-	open := startRegistry(t, "", "")
-	private := startRegistry(t, "robot", "t0ken")
+	open := registrytest.StartTest(t, "", "")
+	private := registrytest.StartTest(t, "robot", "t0ken")
 	for _, r := range []*registrytest.Registry{open, private} {
 		if err := r.Push("nvidia/driver:550.90.07-ubuntu22.04"); err != nil {
 			t.Fatal(err)
@@ -154,7 +144,7 @@ func TestPluginChecksImages(t *testing.T) {
 // A precompiled driver's images for every kernel the GPU nodes run,
 // selected or not.
 func TestPreviewPrecompiledKernels(t *testing.T) {
-	reg := startRegistry(t, "", "")
+	reg := registrytest.StartTest(t, "", "")
 	if err := reg.Push("nvidia/driver:535-5.15.0-84-generic-ubuntu22.04"); err != nil {
 		t.Fatal(err)
 	}

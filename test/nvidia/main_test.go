@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
 )
 
 var (
@@ -177,28 +179,9 @@ func operatorLog() string {
 }
 
 // nvdriver runs the plugin as kubectl would.
-// offlineImages adds --check-images=false to the verbs that ask registries,
-// unless the test sets it: the test clusters' CRs name nvcr.io images, which
-// no test may ask about (the image tests use a loopback registry).
-func offlineImages(args []string) []string {
-	if len(args) == 0 {
-		return args
-	}
-	for _, a := range args {
-		if strings.HasPrefix(a, "--check-images") {
-			return args
-		}
-	}
-	switch args[0] {
-	case "preview", "doctor", "upgrade":
-		return append(append([]string(nil), args...), "--check-images=false")
-	}
-	return args
-}
-
 func nvdriver(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), offlineImages(args)...)
+	cmd := exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), registrytest.Offline(args)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1")
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -9,8 +9,10 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -133,4 +135,30 @@ func (r *Registry) Delete(repoTag string) error {
 		return err
 	}
 	return remote.Delete(ref, r.auth())
+}
+
+// StartTest starts a registry on loopback for a test and stops it at the
+// test's end.
+func StartTest(t testing.TB, user, pass string) *Registry {
+	t.Helper()
+	r, err := Start("127.0.0.1:0", user, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Offline adds --check-images=false to a plugin command line whose verb
+// asks registries (preview, doctor, upgrade), unless it sets the flag: the
+// test clusters' CRs name public images, which no test may ask about.
+func Offline(args []string) []string {
+	if len(args) == 0 || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--check-images") }) {
+		return args
+	}
+	switch args[0] {
+	case "preview", "doctor", "upgrade":
+		return append(slices.Clone(args), "--check-images=false")
+	}
+	return args
 }
