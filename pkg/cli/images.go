@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -157,7 +159,7 @@ func kernelJobs(d *plan.Driver, cr *v1alpha1.NVIDIADriver, nodes []plan.Node, kc
 			ki.Check = plan.ImageCheck{Image: "-", Status: string(imagecheck.Unknown), Reason: imagecheck.ReasonInvalid, Message: err.Error()}
 			continue
 		}
-		jobs = append(jobs, imageJob{req: imagecheck.Request{Image: img, Platforms: sortedSet(platforms[k]), Keychain: kc, Credentials: creds}, out: &ki.Check})
+		jobs = append(jobs, imageJob{req: imagecheck.Request{Image: img, Platforms: slices.Sorted(maps.Keys(platforms[k])), Keychain: kc, Credentials: creds}, out: &ki.Check})
 	}
 	return jobs
 }
@@ -189,16 +191,7 @@ func platformsOf(nodes []string, labelsOf map[string]map[string]string) []string
 	for _, n := range nodes {
 		set[imagecheck.Platform(labelsOf[n])] = true
 	}
-	return sortedSet(set)
-}
-
-func sortedSet(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 func pullSecretNames(cr *v1alpha1.NVIDIADriver) []string {

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -141,7 +143,7 @@ func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools [
 		}
 		imgs := pool.Images()
 		for i, img := range imgs {
-			jobs = append(jobs, job{pool: len(v.pools), image: i, req: imagecheck.Request{Image: img, Platforms: sortedKeys(platforms), Keychain: kc, Credentials: creds}})
+			jobs = append(jobs, job{pool: len(v.pools), image: i, req: imagecheck.Request{Image: img, Platforms: slices.Sorted(maps.Keys(platforms)), Keychain: kc, Credentials: creds}})
 		}
 		v.pools = append(v.pools, poolImages{DaemonSet: pool.DaemonSet, Nodes: pool.Nodes, Results: make([]imagecheck.Result, len(imgs))})
 		fresh = append(fresh, f)
@@ -297,14 +299,5 @@ func dedupe(in []string) []string {
 			out = append(out, s)
 		}
 	}
-	return out
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
