@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -243,12 +242,13 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 func (o *AssignOptions) refuseConflicts(in *inputs, targets []plan.Node, desired *v1alpha1.NVIDIADriver) error {
 	before := plan.Compute(in.nodes, in.drivers)
 	after := plan.Compute(withLabel(in.nodes, targets, o.LabelKey, o.Name), replaceDriver(in.drivers, *desired))
-	if newC := newConflicts(before, after); len(newC) > 0 {
-		fmt.Fprintf(o.Streams.ErrOut, "error: assigning would make more than one NVIDIADriver select these nodes; nothing was changed:\n")
+	if newC := plan.NewConflicts(before, after); len(newC) > 0 {
+		// The webhook's denial in the same words (plan.OverlapMessage), then
+		// every node with the drivers that would select it.
+		fmt.Fprintf(o.Streams.ErrOut, "error: %s; nothing was changed:\n", plan.OverlapMessage(o.Name, newC))
 		for _, c := range newC {
 			fmt.Fprintf(o.Streams.ErrOut, "  %s: selected by %s\n", c.Node, strings.Join(c.Drivers, ", "))
 		}
-		fmt.Fprintf(o.Streams.ErrOut, "Narrow the other NVIDIADrivers' nodeSelectors, or pick nodes they do not select (kubectl nvdriver preview shows who selects what).\n")
 		return &FindingsError{Msg: "conflict"}
 	}
 	owned := map[string]bool{}
@@ -424,28 +424,6 @@ func replaceDriver(drivers []v1alpha1.NVIDIADriver, d v1alpha1.NVIDIADriver) []v
 	if !found {
 		out = append(out, d)
 	}
-	return out
-}
-
-// newConflicts are the conflicted nodes of after that were not conflicted before.
-func newConflicts(before, after plan.Plan) []plan.Conflict {
-	old := map[string]bool{}
-	for _, d := range before.Drivers {
-		for _, c := range d.Conflicts {
-			old[c.Node] = true
-		}
-	}
-	seen := map[string]bool{}
-	var out []plan.Conflict
-	for _, d := range after.Drivers {
-		for _, c := range d.Conflicts {
-			if !old[c.Node] && !seen[c.Node] {
-				seen[c.Node] = true
-				out = append(out, c)
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
 
