@@ -22,11 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/controller"
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/version"
+	"github.com/nvdriver/nvdriver/pkg/webhook"
 )
 
 const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
@@ -61,6 +63,8 @@ func run() int {
 	imageCheck := flag.String("image-check", controller.ImageCheckEnforce, "ask the registry before creating a pool or rolling it to a new image: enforce (a missing image holds the pool), warn (report only) or off")
 	imageBackoff := flag.Duration("image-check-backoff", 30*time.Second, "first re-check of an image that is missing or could not be checked; doubles up to --image-check-max-backoff")
 	imageMaxBackoff := flag.Duration("image-check-max-backoff", 10*time.Minute, "longest wait between two checks of a missing image")
+	var hook webhook.Options
+	hook.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -73,6 +77,10 @@ func run() int {
 	}
 	if !slices.Contains(controller.ImageCheckModes, *imageCheck) {
 		fmt.Fprintf(os.Stderr, "error: --image-check %q: want one of %s\n", *imageCheck, strings.Join(controller.ImageCheckModes, ", "))
+		return 1
+	}
+	if err := hook.Validate(namespace); err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		return 1
 	}
 	if *validationSelector != "" {
@@ -129,7 +137,17 @@ func run() int {
 			namespace, ns.Labels[podSecurityEnforce], namespace, podSecurityEnforce)
 	}
 
+	var hookServer crwebhook.Server
+	var certs *webhook.Certs
+	if hook.Enabled() {
+		hookServer, certs, err = hook.Prepare(context.Background(), direct, namespace, ctrl.Log.WithName("webhook"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "error: preparing the admission webhook's certificate: %v\n", err)
+			return 1
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer:                 hookServer,
 		Scheme:                        scheme,
 		Cache:                         controller.CacheOptions(namespace),
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
@@ -149,10 +167,16 @@ func run() int {
 		logger.Error(err, "setting up the controllers")
 		return 1
 	}
+	if hook.Enabled() {
+		if err := webhook.Setup(context.Background(), mgr, certs); err != nil {
+			logger.Error(err, "setting up the admission webhook")
+			return 1
+		}
+	}
 	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
 
-	logger.Info("starting", "version", version.Version, "namespace", namespace, "leaderElection", leaderElect, "imageCheck", *imageCheck)
+	logger.Info("starting", "version", version.Version, "namespace", namespace, "leaderElection", leaderElect, "imageCheck", *imageCheck, "webhook", hook.BindAddress)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		logger.Error(err, "manager stopped")
 		return 1

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -18,6 +19,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/webhook"
 )
 
 var (
@@ -25,6 +27,8 @@ var (
 	k8s    client.Client
 	scheme = k8sruntime.NewScheme()
 	codecs serializer.CodecFactory
+	// hookEnv is where envtest expects the webhook to be served.
+	hookEnv *envtest.WebhookInstallOptions
 )
 
 func repoRoot() string {
@@ -44,7 +48,14 @@ func TestMain(m *testing.M) {
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "charts", "nvdriver", "crds")},
 		ErrorIfCRDPathMissing: true,
+		// The controller's webhook configuration, pointed by envtest at a
+		// local port with its own CA. Nothing listens there except during the
+		// webhook tests; the configuration fails open, so the other tests'
+		// writes are admitted without it.
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{
+			webhook.Configuration(webhook.ConfigurationName+"-envtest", webhook.Endpoint{Service: "unused", Namespace: "unused"}, nil)}},
 	}
+	hookEnv = &env.WebhookInstallOptions
 	var err error
 	cfg, err = env.Start()
 	if err != nil {
