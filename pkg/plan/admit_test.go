@@ -29,7 +29,11 @@ func TestAdmit(t *testing.T) {
 	}
 	withVersion := func(d v1alpha1.NVIDIADriver, v string) v1alpha1.NVIDIADriver { d.Spec.Version = v; return d }
 	withSel := func(d v1alpha1.NVIDIADriver, kv ...string) v1alpha1.NVIDIADriver { sel(kv...)(&d); return d }
-	withDefault := func(d v1alpha1.NVIDIADriver) v1alpha1.NVIDIADriver { d.Spec.Default = true; d.Spec.NodeSelector = nil; return d }
+	withDefault := func(d v1alpha1.NVIDIADriver) v1alpha1.NVIDIADriver {
+		d.Spec.Default = true
+		d.Spec.NodeSelector = nil
+		return d
+	}
 	ptr := func(d v1alpha1.NVIDIADriver) *v1alpha1.NVIDIADriver { return &d }
 
 	cases := []struct {
