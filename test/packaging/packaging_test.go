@@ -15,9 +15,14 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nvdriver/nvdriver/pkg/webhook"
 )
 
 func root() string {
@@ -139,13 +144,20 @@ func TestHelmChart(t *testing.T) {
 				if res == "secrets" && kind == "ClusterRole" {
 					t.Errorf("ClusterRole grants %v on secrets", r.Verbs)
 				}
-				// In its namespace: get by name only (does spec.secretEnv exist?).
-				if res == "secrets" && kind == "Role" && strings.Join(r.Verbs, ",") != "get" {
-					t.Errorf("Role grants %v on secrets; only get is needed", r.Verbs)
+				// In its namespace: get by name only (does spec.secretEnv
+				// exist?), and update of the webhook's certificate by name.
+				if res == "secrets" && kind == "Role" && strings.Join(r.Verbs, ",") != "get" &&
+					(strings.Join(r.Verbs, ",") != "update" || strings.Join(r.ResourceNames, ",") != webhook.SecretName) {
+					t.Errorf("Role grants %v on secrets %v; only get, and update of %s, are needed", r.Verbs, r.ResourceNames, webhook.SecretName)
+				}
+				if res == "validatingwebhookconfigurations" && strings.Join(r.ResourceNames, ",") != webhook.ConfigurationName {
+					t.Errorf("%s grants %v on webhook configurations %v; only %s is needed", kind, r.Verbs, r.ResourceNames, webhook.ConfigurationName)
 				}
 			}
 		}
 	}
+
+	helmWebhook(t, helm, def)
 
 	// The controller passes the restricted pod security profile.
 	dep := &appsv1.Deployment{}
@@ -209,5 +221,79 @@ func TestKrewInstall(t *testing.T) {
 		if !strings.Contains(comp, cmd) {
 			t.Errorf("completion lacks %q:\n%s", cmd, comp)
 		}
+	}
+}
+
+// helmWebhook: the chart's webhook configuration is the controller's own
+// (pkg/webhook.Configuration) for both endpoints; the Deployment serves it
+// with a writable certificate directory; cert-manager replaces the Secret and
+// the controller's permissions on it.
+func helmWebhook(t *testing.T, helm string, def map[string][][]byte) {
+	t.Helper()
+	check := func(what string, raw []byte, want *admissionregistrationv1.ValidatingWebhookConfiguration) {
+		got := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := yaml.Unmarshal(raw, got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Name != want.Name || !equality.Semantic.DeepEqual(got.Webhooks, want.Webhooks) {
+			t.Errorf("%s: the chart's webhook configuration differs from the controller's:\n%s\nwant webhooks %+v", what, raw, want.Webhooks)
+		}
+	}
+	if len(def["ValidatingWebhookConfiguration"]) != 1 || len(def["Service"]) != 1 || len(def["Secret"]) != 1 {
+		t.Fatalf("default render: %d webhook configurations, %d Services, %d Secrets; want 1 each",
+			len(def["ValidatingWebhookConfiguration"]), len(def["Service"]), len(def["Secret"]))
+	}
+	check("in cluster", def["ValidatingWebhookConfiguration"][0],
+		webhook.Configuration(webhook.ConfigurationName, webhook.Endpoint{Service: webhook.ServiceName, Namespace: "gpu-operator"}, nil))
+	sec := &corev1.Secret{}
+	if err := yaml.Unmarshal(def["Secret"][0], sec); err != nil || sec.Name != webhook.SecretName || len(sec.Data) != 0 {
+		t.Errorf("the certificate Secret must be %s and empty (helm upgrade must not overwrite it): %s", webhook.SecretName, def["Secret"][0])
+	}
+	dep := &appsv1.Deployment{}
+	if err := yaml.Unmarshal(def["Deployment"][0], dep); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, a := range []string{"--webhook-bind-address=:9443", "--webhook-service=" + webhook.ServiceName, "--webhook-cert-dir=/var/run/nvdriver/webhook-certs"} {
+		if !strings.Contains(args, a) {
+			t.Errorf("the controller's args %q lack %s", args, a)
+		}
+	}
+	if v := dep.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].EmptyDir == nil {
+		t.Errorf("the certificate directory must be an emptyDir (read-only root): %+v", v)
+	}
+
+	local := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator",
+		"--set", "controller.enabled=false", "--set", "controller.webhook.url=https://127.0.0.1:9443"))
+	if len(local["ValidatingWebhookConfiguration"]) != 1 || len(local["Service"]) != 0 {
+		t.Fatalf("controller outside the cluster: want a URL webhook configuration and no Service")
+	}
+	check("outside the cluster", local["ValidatingWebhookConfiguration"][0],
+		webhook.Configuration(webhook.ConfigurationName, webhook.Endpoint{URL: "https://127.0.0.1:9443"}, nil))
+	none := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator", "--set", "controller.enabled=false"))
+	if len(none["ValidatingWebhookConfiguration"]) != 0 {
+		t.Error("controller.enabled=false without a webhook URL must not register a webhook nobody serves")
+	}
+
+	cm := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator", "--set", "controller.webhook.certManager.enabled=true"))
+	if len(cm["Certificate"]) != 1 || len(cm["Issuer"]) != 1 || len(cm["Secret"]) != 0 ||
+		!strings.Contains(string(cm["ValidatingWebhookConfiguration"][0]), "cert-manager.io/inject-ca-from: gpu-operator/nvdriver-webhook") {
+		t.Errorf("cert-manager: want a Certificate, a self-signed Issuer, the CA injected and no chart Secret")
+	}
+	if err := yaml.Unmarshal(cm["Deployment"][0], dep); err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--webhook-certs=external") ||
+		dep.Spec.Template.Spec.Volumes[0].Secret == nil || dep.Spec.Template.Spec.Volumes[0].Secret.SecretName != webhook.SecretName {
+		t.Errorf("cert-manager: the controller must read the mounted Secret: %s %+v", args, dep.Spec.Template.Spec.Volumes)
+	}
+	for _, raw := range cm["ClusterRole"] {
+		if strings.Contains(string(raw), "validatingwebhookconfigurations") {
+			t.Error("cert-manager injects the CA: the controller needs no permission on the webhook configuration")
+		}
+	}
+	off := docs(t, run(t, nil, helm, "template", "nvdriver", "charts/nvdriver", "-n", "gpu-operator", "--set", "controller.webhook.enabled=false"))
+	if len(off["ValidatingWebhookConfiguration"]) != 0 || len(off["Secret"]) != 0 || len(off["Service"]) != 0 {
+		t.Error("controller.webhook.enabled=false still renders webhook objects")
 	}
 }
