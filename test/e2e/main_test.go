@@ -43,6 +43,9 @@ var (
 	ctrlMetrics string
 	// controllerKubeconfig impersonates the chart's ServiceAccount.
 	controllerKubeconfig string
+	// hookAddr is where the controller serves its webhook, the same across
+	// restarts (the chart's webhook configuration names it).
+	hookAddr string
 	// listening TCP sockets before and after the cluster started
 	listenersBefore, listenersAfter map[string]bool
 )
@@ -110,6 +113,12 @@ func testMain(m *testing.M) int {
 		return fail("creating the namespace: %v\n%s", err, out)
 	}
 
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail("%v", err)
+	}
+	hookAddr = l.Addr().String()
+	l.Close()
 	// The controller runs as the chart's ServiceAccount (impersonated), so a
 	// permission the chart forgot fails the suite.
 	if err := installChartRBAC(); err != nil {
@@ -158,7 +167,10 @@ func startController(extra ...string) error {
 		"--metrics-bind-address", ctrlMetrics, "--health-probe-bind-address", "127.0.0.1:0", "--validation-timeout", "15s",
 		// The simulated cluster's CRs name nvcr.io images that no test may ask
 		// for; the image tests turn the check on against a loopback registry.
-		"--image-check=off"}, extra...)
+		"--image-check=off",
+		// The webhook as the chart configures it for a controller outside the
+		// cluster (installChartRBAC applied its configuration and Secret).
+		"--webhook-bind-address", hookAddr, "--webhook-url", "https://" + hookAddr, "--webhook-cert-dir", filepath.Join(binDir, "webhook-certs")}, extra...)
 	controller = exec.Command(filepath.Join(binDir, "controller"), args...)
 	controller.Stdout, controller.Stderr = f, f
 	return controller.Start()
@@ -241,8 +253,9 @@ func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: nam
 // chartServiceAccount is the controller's identity in the chart (release "nvdriver").
 const chartServiceAccount = "system:serviceaccount:" + driverNS + ":nvdriver-controller"
 
-// installChartRBAC applies the chart's ServiceAccount and RBAC (not its
-// Deployment or default CR) and writes a kubeconfig that impersonates it.
+// installChartRBAC applies the chart's ServiceAccount, RBAC and webhook
+// objects (not its Deployment or default CR) as for a controller outside the
+// cluster, and writes a kubeconfig that impersonates the ServiceAccount.
 func installChartRBAC() error {
 	helmDir, err := exec.Command(filepath.Join(root, "test", "tools", "build.sh"), "helm").Output()
 	if err != nil {
@@ -251,7 +264,8 @@ func installChartRBAC() error {
 	lines := strings.Split(strings.TrimSpace(string(helmDir)), "\n")
 	helm := filepath.Join(lines[len(lines)-1], "helm")
 	rendered, err := run(helm, "template", "nvdriver", "charts/nvdriver", "-n", driverNS,
-		"--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+		"--set", "controller.enabled=false", "--set", "controller.webhook.url=https://"+hookAddr,
+		"--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml", "--show-only", "templates/webhook.yaml")
 	if err != nil {
 		return fmt.Errorf("helm template: %v\n%s", err, rendered)
 	}

@@ -121,8 +121,10 @@ func TestDoctorFindsPlantedProblems(t *testing.T) {
 		_, _ = run("kubectl", "uncordon", "gpu-node-0")
 		_, _ = run("kubectl", "delete", "node", "dr-no-nfd", "--ignore-not-found")
 	})
-	// 1. Conflict: two drivers select gpu-node-4.
-	kubectl(t, "label", "node", "gpu-node-4", "dr-a=1", "dr-b=1", "--overwrite")
+	// 1. Conflict: two drivers select gpu-node-4 (labelled after both CRs
+	// exist: the webhook refuses the CR that would overlap, but a node label
+	// is no object it judges).
+	kubectl(t, "label", "node", "gpu-node-4", "dr-a=1", "--overwrite")
 	// 2. ImagePullBackOff: kwok simulates it for pods annotated nvdriver.test/fail.
 	kubectl(t, "label", "node", "gpu-node-5", "dr-pull=1", "--overwrite")
 	// 3. An untolerated taint on a driver's node.
@@ -157,6 +159,7 @@ kind: NVIDIADriver
 metadata: {name: dr-taint}
 spec: {version: "535.104.12", nodeSelector: {dr-taint: "1"}}
 `)
+	kubectl(t, "label", "node", "gpu-node-4", "dr-b=1", "--overwrite")
 
 	want := map[string]func(doctor.Finding) bool{
 		"conflicting-selectors": func(f doctor.Finding) bool {
