@@ -10,7 +10,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,6 +68,8 @@ func restMapper() meta.RESTMapper {
 	add(v1alpha1.GroupVersion.WithKind("NVIDIADriver"), "nvidiadrivers", meta.RESTScopeRoot)
 	add(apiextv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"), "customresourcedefinitions", meta.RESTScopeRoot)
 	add(ClusterPolicyGVK, "clusterpolicies", meta.RESTScopeRoot)
+	add(admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"), "validatingwebhookconfigurations", meta.RESTScopeRoot)
+	add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "endpointslices", meta.RESTScopeNamespace)
 	return m
 }
 

@@ -96,6 +96,9 @@ func (o *DoctorOptions) Run(ctx context.Context) error {
 	if cs, err := kubernetes.NewForConfig(cfg); err == nil {
 		readControllerLogs(ctx, cs, snap)
 	}
+	if snap.CRDInstalled {
+		snap.Webhook = webhookState(ctx, c, snap.Namespace)
+	}
 	if o.CheckImages && snap.CRDInstalled {
 		p := snap.Plan()
 		if o.Name != "" {

@@ -77,6 +77,8 @@ type Snapshot struct {
 	Rules string
 	// Only limits driver-specific checks to one NVIDIADriver.
 	Only string
+	// Webhook is the admission webhook's state (nil: not looked at).
+	Webhook *Webhook
 	// ImagePlan is the plan with the registries' answers (Pool.ImageCheck,
 	// Driver.KernelImages) when doctor asked them; nil when it did not.
 	ImagePlan *plan.Plan
@@ -97,6 +99,7 @@ var Checks = []Check{
 	{"clusterpolicy-driver", checkClusterPolicy},
 	{"driver-conditions", checkConditions},
 	{"conflicting-selectors", checkConflicts},
+	{"admission-webhook", checkWebhook},
 	{"secret-env", checkSecrets},
 	{"image-available", checkImages},
 	{"version-tag", checkVersionWarnings},

@@ -17,9 +17,9 @@ import (
 
 // The names the chart, the controller and doctor share.
 const (
-	ConfigurationName = "nvdriver-webhook"
-	SecretName        = "nvdriver-webhook-cert"
-	ServiceName       = "nvdriver-webhook"
+	ConfigurationName = v1alpha1.WebhookConfigurationName
+	SecretName        = v1alpha1.WebhookSecretName
+	ServiceName       = v1alpha1.WebhookServiceName
 	WebhookName       = "nvidiadriver-overlap.nvdriver.io"
 	// Path is controller-runtime's path for a validator of our kind.
 	Path = "/validate-nvidia-com-v1alpha1-nvidiadriver"

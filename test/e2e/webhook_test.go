@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/doctor"
 	"github.com/nvdriver/nvdriver/pkg/webhook"
 )
 
@@ -55,6 +57,10 @@ func TestWebhookRefusesAnOverlappingApply(t *testing.T) {
 		t.Fatalf("the refused CR exists: %v", err)
 	}
 
+	if f := webhookFinding(t); f != nil {
+		t.Fatalf("doctor with the webhook answering: %+v", *f)
+	}
+
 	// Fail open.
 	stopController()
 	t.Cleanup(func() {
@@ -69,6 +75,10 @@ func TestWebhookRefusesAnOverlappingApply(t *testing.T) {
 		t.Fatalf("with the controller stopped the apply must be accepted (failurePolicy Ignore): %v\n%s", err, out)
 	}
 	t.Logf("apply with no webhook answering: %s", time.Since(start).Round(time.Millisecond))
+	if f := webhookFinding(t); f == nil || f.Severity != doctor.Warning || !strings.Contains(f.Message, "does not answer") ||
+		!strings.Contains(f.Message, "https://"+hookAddr+webhook.Path) {
+		t.Fatalf("doctor with the controller stopped: %+v, want a warning that the webhook does not answer", f)
+	}
 	if err := startController(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +152,22 @@ func TestWebhookCertificateRotation(t *testing.T) {
 		t.Fatalf("no rotation in 45 s of 30 s certificates (%d served)", len(serials))
 	}
 	t.Logf("%d overlapping creates, all refused, across %d certificates", attempts, len(serials))
+}
+
+// webhookFinding is doctor's admission-webhook finding, nil when it has none.
+func webhookFinding(t *testing.T) *doctor.Finding {
+	t.Helper()
+	_, out, errOut := nvdriver(t, "doctor", "-o", "json")
+	var r doctor.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("doctor -o json: %v\n%s%s", err, out, errOut)
+	}
+	for _, f := range r.Findings {
+		if f.Check == "admission-webhook" {
+			return &f
+		}
+	}
+	return nil
 }
 
 // clearWebhookSecret empties the webhook's certificate Secret.

@@ -34,6 +34,11 @@ const (
 	// ControllerLeaseName is the nvdriver controller's leader-election Lease;
 	// doctor judges the controller alive by its renewals.
 	ControllerLeaseName = "nvdriver-controller"
+	// The controller's validating admission webhook (pkg/webhook), named
+	// here for the chart, the controller and doctor alike.
+	WebhookConfigurationName = "nvdriver-webhook"
+	WebhookSecretName        = "nvdriver-webhook-cert"
+	WebhookServiceName       = "nvdriver-webhook"
 )
 
 // DriverType is the kind of driver a CR installs.
