@@ -28,13 +28,18 @@ done
 echo "registry $reg: driver 580.95.05, 535.104.12 and 470.141.10 for ubuntu20.04 and ubuntu22.04 (525.125.06 is deliberately missing)"
 
 bin="$(test/tools/build.sh helm | tail -1)"
-say "Installing the chart as NVIDIA's docs install the GPU Operator (the controller runs outside the cluster here: kwok nodes run no real images)"
-show "$bin/helm" install nvdriver charts/nvdriver -n gpu-operator --create-namespace --set controller.enabled=false --set driver.repository="$reg" --wait
+# The controller's admission webhook listens on loopback; kube-apiserver (a
+# local process here) calls it at this URL.
+hookport="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo $((20000 + RANDOM % 20000)))"
+hook="https://127.0.0.1:$hookport"
+say "Installing the chart as NVIDIA's docs install the GPU Operator (the controller runs outside the cluster here: kwok nodes run no real images; the webhook is reached at $hook)"
+show "$bin/helm" install nvdriver charts/nvdriver -n gpu-operator --create-namespace --set controller.enabled=false --set controller.webhook.url="$hook" --set driver.repository="$reg" --wait
 kubectl label namespace gpu-operator pod-security.kubernetes.io/enforce=privileged --overwrite >/dev/null
 
 say "Starting the controller (leader election on, as in a cluster; image checks re-tried every 2-5 s here instead of 30 s-10 min)"
 bin/controller --kubeconfig "$kubeconfig" --namespace gpu-operator --metrics-bind-address 127.0.0.1:0 \
-  --health-probe-bind-address 127.0.0.1:0 --image-check-backoff 2s --image-check-max-backoff 5s >"$workdir/controller.log" 2>&1 &
+  --health-probe-bind-address 127.0.0.1:0 --image-check-backoff 2s --image-check-max-backoff 5s \
+  --webhook-bind-address "127.0.0.1:$hookport" --webhook-url "$hook" >"$workdir/controller.log" 2>&1 &
 echo $! >"$workdir/controller.pid"
 echo "controller pid $(cat "$workdir/controller.pid"), log $workdir/controller.log"
 
@@ -73,6 +78,9 @@ show kubectl nvdriver preview -o wide
 say "A manifest that would overlap: preview shows the conflict and exits 3, before anything is applied"
 show kubectl nvdriver preview -f test/testdata/seed/nvd-all.yaml demo-all demo-gold --check-images=false
 echo "(exit status 3 = conflicts found)"
+
+say "kubectl apply of that manifest is refused by the controller's admission webhook, with the same words (it fails open: with no controller answering it would be accepted and reported as a conflict afterwards)"
+show kubectl apply -f test/testdata/seed/nvd-all.yaml
 
 say "assign refuses a change that would create a conflict, and writes nothing"
 kubectl label node gpu-node-4 team=ml --overwrite >/dev/null
