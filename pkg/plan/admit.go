@@ -115,8 +115,12 @@ func OverlapMessage(name string, conflicts []Conflict) string {
 		shown, more = shown[:maxNamedNodes], fmt.Sprintf(" and %d more", len(nodes)-maxNamedNodes)
 	}
 	names := quoteJoin(slices.Sorted(maps.Keys(others)))
-	return fmt.Sprintf("NVIDIADriver %q would select %d node(s) that NVIDIADriver %s already selects: %s%s; "+
+	who := "NVIDIADriver " + names + " already selects"
+	if len(others) > 1 {
+		who = "NVIDIADrivers " + names + " already select"
+	}
+	return fmt.Sprintf("NVIDIADriver %q would select %d node(s) that %s: %s%s; "+
 		"a node must be selected by one NVIDIADriver: narrow spec.nodeSelector here or in %s, or label other nodes "+
 		"(kubectl nvdriver preview -f FILE shows who selects what)",
-		name, len(nodes), names, strings.Join(shown, ", "), more, names)
+		name, len(nodes), who, strings.Join(shown, ", "), more, names)
 }

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,13 +32,17 @@ import (
 
 // serveWebhook runs the controller's webhook alone (no reconcilers) until
 // the test ends and returns its cache, once it is synced and listening.
-func serveWebhook(t *testing.T, opts crwebhook.Options, certs *webhook.Certs) cache.Cache {
+func serveWebhook(t *testing.T, opts crwebhook.Options, certs *webhook.Certs, mut ...func(*ctrl.Options)) cache.Cache {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mo := ctrl.Options{
 		Scheme: scheme, Cache: controller.CacheOptions(driverNS),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		WebhookServer: crwebhook.NewServer(opts),
-	})
+	}
+	for _, m := range mut {
+		m(&mo)
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +180,34 @@ func TestWebhookRefusesWhatThePlanRefuses(t *testing.T) {
 	if err := k8s.Create(ctx, cpu, client.DryRunAll); err != nil {
 		t.Fatalf("a CR overlapping on no GPU node must be admitted: %v", err)
 	}
+}
+
+// A replica that is not the leader answers too, from its first request:
+// its informers start without the Lease (controllers start theirs only on
+// the leader, so a lazily started cache would admit the first requests
+// unchecked).
+func TestWebhookAnswersOnANonLeader(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: driverNS}}
+	if err := k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: driverNS, Name: "wh-nonleader-lease"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone-else"), LeaseDurationSeconds: ptr.To[int32](3600),
+			AcquireTime: &metav1.MicroTime{Time: time.Now()}, RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	if err := k8s.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, lease) })
+	gold := nvd("wh-nl-gold", `{"driverType":"gpu","version":"535.104.12","nodeSelector":{"driver.config":"gold"}}`)
+	scenario(t, webhookNodes(), gold)
+	serveWebhook(t, crwebhook.Options{Host: hookEnv.LocalServingHost, Port: hookEnv.LocalServingPort, CertDir: hookEnv.LocalServingCertDir}, nil,
+		func(o *ctrl.Options) {
+			o.LeaderElection, o.LeaderElectionID, o.LeaderElectionNamespace = true, lease.Name, driverNS
+		})
+	refused(t, "the first overlapping create on a replica without the Lease",
+		k8s.Create(ctx, nvd("wh-nl-pre", `{"driverType":"gpu","version":"535.104.12","nodeSelector":{"driver.precompiled":"true"}}`), client.DryRunAll),
+		`would select 2 node(s) that NVIDIADriver "wh-nl-gold" already selects`)
 }
 
 // Fail open: with nothing answering at the configured address the same
