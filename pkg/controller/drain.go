@@ -115,21 +115,45 @@ func refusal(p *corev1.Pod, rm upgrade.Removal, field string) string {
 }
 
 // evictPods evicts through the Eviction API, as kubectl drain does; a
-// PodDisruptionBudget refusal (429) is retried on the next pass.
-func (r *UpgradeReconciler) evictPods(ctx context.Context, pods []corev1.Pod) error {
+// PodDisruptionBudget refusal (429) is retried on the next pass, and the
+// last one is kept for the node's timeout to name.
+func (r *UpgradeReconciler) evictPods(ctx context.Context, node string, pods []corev1.Pod) error {
 	h := r.drainHelper(ctx, upgrade.Removal{}, false)
+	r.refusals.Delete(node)
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
 		if err := h.EvictPod(p, policyv1.SchemeGroupVersion); err != nil {
-			if apierrors.IsTooManyRequests(err) || apierrors.IsNotFound(err) {
+			if apierrors.IsTooManyRequests(err) {
+				r.refusals.Store(node, evictionRefusal(&p, err))
+				continue
+			}
+			if apierrors.IsNotFound(err) {
 				continue
 			}
 			return fmt.Errorf("evicting %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	return nil
+}
+
+// evictionRefusal is the API's refusal of one eviction in its own words:
+// for a PodDisruptionBudget, kube-apiserver names the budget in a cause
+// ("The disruption budget job-pdb needs 1 healthy pods and has 1 currently").
+func evictionRefusal(p *corev1.Pod, err error) string {
+	msg := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		if d := status.Status().Details; d != nil {
+			for _, c := range d.Causes {
+				if c.Type == policyv1.DisruptionBudgetCause {
+					msg = c.Message + " (PodDisruptionBudget in namespace " + p.Namespace + ")"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("eviction of %s/%s refused: %s", p.Namespace, p.Name, msg)
 }
 
 // unselectedGPUPods are the GPU pods on the node the drain's targets leave

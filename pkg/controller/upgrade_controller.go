@@ -86,6 +86,9 @@ type UpgradeReconciler struct {
 	// out twice. The pass waits for the cache instead (kube's "expectations").
 	writtenMu sync.Mutex
 	written   map[string]string
+	// refusals holds, per node, the API's last refusal of an eviction there
+	// (a PodDisruptionBudget): the reason a pod-deletion timeout names.
+	refusals sync.Map
 
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
@@ -239,6 +242,9 @@ func (r *UpgradeReconciler) observePods(ctx context.Context, ps *pass, i int, po
 	}
 	if policy.WaitForJobsSelector != "" {
 		in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
+	}
+	if v, ok := r.refusals.Load(in.Name); ok {
+		in.EvictionRefused = v.(string)
 	}
 	return nil
 }
@@ -478,7 +484,7 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
 			// The machine decides to evict only after this pass's helper
 			// found every target removable (its Refused was empty).
-			err = r.evictPods(ctx, evictable)
+			err = r.evictPods(ctx, node.Name, evictable)
 		case upgrade.ActMove:
 			// Done in the metadata patch below, with the state, so the owner label
 			// and the machine's state change together.

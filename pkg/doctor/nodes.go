@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // The checks that read nodes, driver DaemonSets and their pods.
@@ -252,15 +254,48 @@ func checkUpgrades(s *Snapshot, _ *plan.Plan) []Finding {
 	}
 	var out []Finding
 	if len(failed) > 0 {
-		out = append(out, Finding{Severity: Error, Message: fmt.Sprintf("%d node(s) ended upgrade-failed: %s; inspect the driver pod, then retry by setting the node back to upgrade-required", len(failed), strings.Join(limit(failed, 10), ", ")),
-			Objects: nodeObjs(failed),
-			Fix:     fmt.Sprintf("kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s; kubectl label node %s %s=upgrade-required --overwrite", s.Namespace, failed[0], failed[0], plan.LabelUpgradeState)})
+		out = append(out, failedFinding(s, failed))
 	}
 	if len(inProgress) > 0 {
 		out = append(out, Finding{Severity: Info, Message: fmt.Sprintf("%d node(s) are being upgraded: %s", len(inProgress), strings.Join(limit(inProgress, 10), ", ")),
 			Fix: "kubectl nvdriver status"})
 	}
 	return out
+}
+
+// pdbRefusal finds the namespace and name of the PodDisruptionBudget in a
+// failure reason the controller wrote (pkg/controller, evictionRefusal).
+var pdbRefusal = regexp.MustCompile(`The disruption budget (\S+) needs .*\(PodDisruptionBudget in namespace ([^)\s]+)\)`)
+
+// failedFinding names the failed nodes with the reason stored on each (up
+// to three), and the fix for the first: the blocking PodDisruptionBudget
+// when there is one, else the driver pod; then the retry.
+func failedFinding(s *Snapshot, failed []string) Finding {
+	reasons := map[string]string{}
+	for _, n := range s.Nodes {
+		if r := n.Annotations[upgrade.AnnotationFailure]; r != "" {
+			reasons[n.Name] = r
+		}
+	}
+	var why []string
+	for _, n := range first(failed, 3) {
+		if r := reasons[n]; r != "" {
+			why = append(why, n+": "+r)
+		}
+	}
+	msg := fmt.Sprintf("%d node(s) ended upgrade-failed: %s", len(failed), strings.Join(limit(failed, 10), ", "))
+	if len(why) > 0 {
+		msg += " (" + strings.Join(why, "; ") + ")"
+	}
+	inspect := fmt.Sprintf("kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s", s.Namespace, failed[0])
+	if m := pdbRefusal.FindStringSubmatch(reasons[failed[0]]); m != nil {
+		msg += fmt.Sprintf("; PodDisruptionBudget %s/%s allows no eviction: let its pods become healthy or relax it, then retry", m[2], m[1])
+		inspect = fmt.Sprintf("kubectl -n %s get pdb %s -o wide", m[2], m[1])
+	} else {
+		msg += "; inspect the driver pod, then retry by setting the node back to upgrade-required"
+	}
+	return Finding{Severity: Error, Message: msg, Objects: nodeObjs(failed),
+		Fix: fmt.Sprintf("%s; kubectl label node %s %s=upgrade-required --overwrite", inspect, failed[0], plan.LabelUpgradeState)}
 }
 
 func checkCordoned(s *Snapshot, _ *plan.Plan) []Finding {

@@ -51,6 +51,9 @@ const (
 	// once the node is cordoned and emptied of GPU pods.
 	AnnotationMoveTo = "nvidia.com/gpu-driver-upgrade.move-to"
 	MoveRelease      = "-"
+	// AnnotationFailure is ours: why the node went upgrade-failed, kept on the
+	// node for doctor and status until it leaves that state.
+	AnnotationFailure = "nvidia.com/gpu-driver-upgrade.failure-reason"
 	// EventReason is NVIDIA's event reason for upgrade steps.
 	EventReason = "GPUDriverUpgrade"
 )
@@ -58,7 +61,10 @@ const (
 // NodeAnnotations are every node annotation the machine writes: the node
 // cache keeps them, and a node leaving every driver has them removed.
 var NodeAnnotations = []string{AnnotationRequested, AnnotationInitialUnsched, AnnotationWaitStart,
-	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, "nvidia.com/gpu-driver-upgrade-enabled"}
+	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, "nvidia.com/gpu-driver-upgrade-enabled"}
+
+// maxFailureReason bounds the failure annotation (a reason can name many pods).
+const maxFailureReason = 1024
 
 // DefaultValidationTimeout bounds validation-required (NVIDIA hard-codes 600s).
 const DefaultValidationTimeout = 600 * time.Second
@@ -101,6 +107,10 @@ type Node struct {
 	// force), each as "namespace/name (why)"; read in pod-deletion-required
 	// and drain-required.
 	Refused []string
+	// EvictionRefused is the API's last refusal of a GPU pod's eviction on the
+	// node (a PodDisruptionBudget allowing no disruption), "" when none; read
+	// when pod deletion or the drain times out.
+	EvictionRefused string
 	// ValidatorsPending is true while the validation pod selector (the
 	// controller's --validation-pod-selector, e.g. NVIDIA's operator validator)
 	// matches no Ready pod on the node; read only in validation-required.
@@ -260,10 +270,12 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 					d.Annotations[AnnotationRequested] = ""
 				}
 			}
+			clearFailure(&d, n)
 			out = append(out, d)
 			continue
 		}
 		next(&d, n, p, now)
+		clearFailure(&d, n)
 		out = append(out, d)
 	}
 	return out
@@ -308,6 +320,17 @@ func afterValidation(d *Decision, n Node) {
 func fail(d *Decision, reason string) {
 	d.To = StateFailed
 	d.Reason = reason
+	if len(reason) > maxFailureReason {
+		reason = reason[:maxFailureReason-3] + "..."
+	}
+	d.Annotations[AnnotationFailure] = reason
+}
+
+// clearFailure drops the failure reason of a node that left upgrade-failed.
+func clearFailure(d *Decision, n Node) {
+	if d.To != StateFailed && n.Annotations[AnnotationFailure] != "" {
+		d.Annotations[AnnotationFailure] = ""
+	}
 }
 
 // next is the transition of one node outside the budgeted entry.
@@ -415,7 +438,7 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 			d.To = StateDrain
 			return
 		}
-		fail(d, fmt.Sprintf("%d GPU pod(s) still on the node after %s of eviction (a PodDisruptionBudget may block it)", n.GPUPods, p.PodDeletionTimeout))
+		fail(d, fmt.Sprintf("%d GPU pod(s) still on the node after %s of eviction (%s)", n.GPUPods, p.PodDeletionTimeout, evictionBlocker(n)))
 		return
 	}
 	d.Actions = append(d.Actions, ActEvictGPUPods)
@@ -437,10 +460,19 @@ func fromDrain(d *Decision, n Node, p Policy, now time.Time) {
 	}
 	if p.DrainTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.DrainTimeout {
 		d.Annotations[AnnotationDeletionStart] = ""
-		fail(d, fmt.Sprintf("drain did not empty the node within %s", p.DrainTimeout))
+		fail(d, fmt.Sprintf("drain did not empty the node within %s (%s)", p.DrainTimeout, evictionBlocker(n)))
 		return
 	}
 	d.Actions = append(d.Actions, ActDrain)
+}
+
+// evictionBlocker says what kept the pods: the API's last refusal, or the
+// likely cause when none was seen (a restart since, or a pod slow to stop).
+func evictionBlocker(n Node) string {
+	if n.EvictionRefused != "" {
+		return n.EvictionRefused
+	}
+	return "no eviction was refused: the pods may be slow to terminate, or a PodDisruptionBudget blocked them before the controller restarted"
 }
 
 // fromPodRestart: with the node empty, replace the driver pod (or hand the node to its new driver), then wait for the new pod to be Ready.

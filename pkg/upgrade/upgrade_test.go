@@ -1,8 +1,10 @@
 package upgrade
 
 import (
+	"maps"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +96,10 @@ func TestNext(t *testing.T) {
 		{"move at pod-restart, GPU pod back -> pod-deletion", Node{State: StatePodRestart, DriverPod: fresh, GPUPods: 1, Annotations: map[string]string{AnnotationMoveTo: "gold"}}, defaults(), StatePodDeletion, nil, nil, false},
 		{"skip label -> untouched", Node{State: StateDone, DriverPod: stale, Skip: true}, defaults(), StateDone, nil, nil, false},
 		{"unknown foreign state -> restart", Node{State: "node-maintenance-required"}, defaults(), StateUnknown, nil, nil, false},
+		{"a failed node an admin set back to upgrade-required loses its failure reason", Node{State: StateRequired, DriverPod: stale,
+			Annotations: map[string]string{AnnotationFailure: "old reason"}}, defaults(), StateCordon, nil, map[string]string{AnnotationFailure: ""}, false},
+		{"a failed node keeps its reason", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,
+			Annotations: map[string]string{AnnotationFailure: "old reason"}}, defaults(), StateFailed, nil, nil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,9 +115,13 @@ func TestNext(t *testing.T) {
 			if !reflect.DeepEqual(d.Actions, tc.actions) {
 				t.Errorf("actions %v, want %v", d.Actions, tc.actions)
 			}
-			want := tc.ann
+			want := maps.Clone(tc.ann)
 			if want == nil {
 				want = map[string]string{}
+			}
+			if tc.failed {
+				// The reason stays on the node until it leaves upgrade-failed.
+				want[AnnotationFailure] = d.Reason
 			}
 			if !reflect.DeepEqual(d.Annotations, want) {
 				t.Errorf("annotations %v, want %v", d.Annotations, want)
@@ -297,5 +307,23 @@ func TestRunBy(t *testing.T) {
 		if got := RunBy(tc.owner, tc.moveTo); got != tc.want {
 			t.Errorf("RunBy(%q, %q) = %q, want %q", tc.owner, tc.moveTo, got, tc.want)
 		}
+	}
+}
+
+// A pod-deletion timeout names what the API said when it refused the
+// eviction (a PodDisruptionBudget), and says so when nothing was refused.
+func TestTimeoutNamesTheEvictionRefusal(t *testing.T) {
+	now := time.Now()
+	n := Node{Name: "n", State: StatePodDeletion, GPUPods: 1, Unschedulable: true,
+		Annotations:     map[string]string{AnnotationDeletionStart: stamp(now.Add(-10 * time.Minute))},
+		EvictionRefused: "eviction of ml/job-0 refused: The disruption budget job-pdb needs 1 healthy pods and has 1 currently"}
+	d := Decide([]Node{n}, PolicyFor(&v1alpha1.NVIDIADriverSpec{}), now)[0]
+	if d.To != StateFailed || !strings.Contains(d.Reason, "after 5m0s of eviction (eviction of ml/job-0 refused: The disruption budget job-pdb needs") ||
+		d.Annotations[AnnotationFailure] != d.Reason {
+		t.Fatalf("%s: %q, annotation %q", d.To, d.Reason, d.Annotations[AnnotationFailure])
+	}
+	n.EvictionRefused = ""
+	if d := Decide([]Node{n}, PolicyFor(&v1alpha1.NVIDIADriverSpec{}), now)[0]; !strings.Contains(d.Reason, "no eviction was refused") {
+		t.Fatalf("%q", d.Reason)
 	}
 }
