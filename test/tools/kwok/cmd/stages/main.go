@@ -8,6 +8,10 @@
 //	never-ready  the pod runs but never becomes Ready (validation timeouts)
 //	flaky-node   like never-ready, but only on node gpu-node-flaky; elsewhere
 //	             the pod becomes Ready (one bad node in an otherwise good rollout)
+//
+// A node annotated nvdriver.test/not-ready is not made Ready again by kwok:
+// a test sets its Ready condition to False (the node going NotReady) and
+// removes the annotation to bring it back.
 package main
 
 import (
@@ -22,7 +26,8 @@ import (
 )
 
 const (
-	failAnnotation = "nvdriver.test/fail"
+	notReadyAnnotation = "nvdriver.test/not-ready"
+	failAnnotation     = "nvdriver.test/fail"
 	flakyNode      = "gpu-node-flaky"
 )
 
@@ -57,7 +62,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
-	docs := []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeat, string(readyYAML),
+	// kwok's node-initialize makes every node that is not Ready Ready, and
+	// its heartbeat renews the conditions: neither touches a not-ready node.
+	docs := []string{notForNotReady(nodefast.DefaultNodeInit), notForNotReady(nodeheartbeat.DefaultNodeHeartbeat), string(readyYAML),
 		podfast.DefaultPodComplete, podfast.DefaultPodDelete,
 		failStage("image-pull", "Pending", "ImagePullBackOff", `{{ printf "Back-off pulling image %q" .image | Quote }}`, false),
 		failStage("crashloop", "Running", "CrashLoopBackOff", `"back-off 5m0s restarting failed container"`, false),
@@ -72,6 +79,18 @@ func main() {
 		}
 		fmt.Println(strings.TrimSpace(d))
 	}
+}
+
+// notForNotReady adds to a node stage's selector that the node is not
+// annotated not-ready.
+func notForNotReady(stage string) string {
+	out := strings.Replace(stage, "  selector:\n    matchExpressions:\n",
+		"  selector:\n    matchExpressions:\n    - key: '.metadata.annotations[\""+notReadyAnnotation+"\"]'\n      operator: 'DoesNotExist'\n", 1)
+	if out == stage {
+		fmt.Fprintln(os.Stderr, "error: a kwok node stage changed shape; cannot exclude not-ready nodes")
+		os.Exit(1)
+	}
+	return out
 }
 
 // failStage sets a pod's status once, as the kubelet would for that failure.
