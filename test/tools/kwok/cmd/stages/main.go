@@ -28,7 +28,7 @@ import (
 const (
 	notReadyAnnotation = "nvdriver.test/not-ready"
 	failAnnotation     = "nvdriver.test/fail"
-	flakyNode      = "gpu-node-flaky"
+	flakyNode          = "gpu-node-flaky"
 )
 
 func main() {
