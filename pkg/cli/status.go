@@ -3,15 +3,18 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -64,6 +67,8 @@ type StatusOptions struct {
 	Name    string
 	Output  string
 	Watch   bool
+	// watchLost is set while -w's informers cannot list or watch.
+	watchLost atomic.Bool
 }
 
 // NewCmdStatus builds the status command.
@@ -134,7 +139,8 @@ func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, Mapper: restMapper(),
-		ByObject: map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts}})
+		ByObject:                 map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts},
+		DefaultWatchErrorHandler: o.watchError})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -162,6 +168,17 @@ func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache
 	return informers, changes, nil
 }
 
+// watchError says once that a list or watch failed (the informers retry by
+// themselves, with backoff); the next change says the watch is back.
+func (o *StatusOptions) watchError(_ context.Context, r *toolscache.Reflector, err error) {
+	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return // a watch the server closed normally: re-listed at once
+	}
+	if o.watchLost.CompareAndSwap(false, true) {
+		fmt.Fprintf(o.Streams.ErrOut, "warning: watching the API server failed (%v); still following\n", err)
+	}
+}
+
 func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 	informers, changes, err := o.watchCache(ctx, cfg)
 	if err != nil {
@@ -186,6 +203,9 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 		case <-ctx.Done():
 			return nil
 		case <-changes:
+			if o.watchLost.CompareAndSwap(true, false) {
+				fmt.Fprintln(o.Streams.ErrOut, "warning: API server back; following again")
+			}
 			if !pending {
 				pending = true
 				timer.Reset(coalesce)

@@ -424,10 +424,15 @@ func (w *statusWatch) since(i int) string {
 }
 
 func startStatusWatch(t *testing.T, name string) *statusWatch {
+	return startStatusWatchWith(t, name, kubeconfig)
+}
+
+// startStatusWatchWith is startStatusWatch through the kubeconfig kc.
+func startStatusWatchWith(t *testing.T, name, kc string) *statusWatch {
 	t.Helper()
 	w := &statusWatch{done: make(chan error, 1)}
 	w.cmd = exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), "status", name, "-w", "-o", "json")
-	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "NO_COLOR=1")
+	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+kc, "NO_COLOR=1")
 	w.cmd.Stdout = w
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -470,6 +475,7 @@ func (w *statusWatch) stop(t *testing.T) {
 type replica struct {
 	cmd     *exec.Cmd
 	metrics string
+	log     string
 	done    chan struct{}
 }
 
@@ -483,13 +489,19 @@ func freeAddr(t *testing.T) string {
 }
 
 func startReplica(t *testing.T, name string) *replica {
+	return startReplicaWith(t, name, controllerKubeconfig)
+}
+
+// startReplicaWith starts a controller replica through the kubeconfig kc.
+func startReplicaWith(t *testing.T, name, kc string) *replica {
 	t.Helper()
 	r := &replica{metrics: freeAddr(t), done: make(chan struct{})}
 	f, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.cmd = exec.Command(filepath.Join(binDir, "controller"), "--kubeconfig", controllerKubeconfig, "--namespace", driverNS,
+	r.log = f.Name()
+	r.cmd = exec.Command(filepath.Join(binDir, "controller"), "--kubeconfig", kc, "--namespace", driverNS,
 		"--leader-elect=true", "--metrics-bind-address", r.metrics, "--health-probe-bind-address", "127.0.0.1:0", "--image-check=off")
 	r.cmd.Stdout, r.cmd.Stderr = f, f
 	if err := r.cmd.Start(); err != nil {
