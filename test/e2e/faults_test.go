@@ -399,15 +399,34 @@ spec: {version: "535.104.12", nodeSelector: {api: "yes"}}
 		return nil
 	})
 	watch.stop(t)
+	// ... and said that it lost the API server, and that it was back.
+	if e := watch.errOut.String(); !strings.Contains(e, "still following") || strings.LastIndex(e, "following again") < strings.LastIndex(e, "still following") {
+		t.Errorf("status -w across the outage said on stderr:\n%s\nwant 'still following', then 'API server back; following again'", e)
+	}
 }
 
 // statusWatch is a running `kubectl nvdriver status NAME -w -o json`.
 type statusWatch struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  strings.Builder
-	done chan error
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	out    strings.Builder
+	errOut lockedBuffer
+	done   chan error
 }
+
+// lockedBuffer is a strings.Builder safe for a process writing and a test reading.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 func (w *statusWatch) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -433,7 +452,7 @@ func startStatusWatchWith(t *testing.T, name, kc string) *statusWatch {
 	w := &statusWatch{done: make(chan error, 1)}
 	w.cmd = exec.Command(filepath.Join(binDir, "kubectl-nvdriver"), "status", name, "-w", "-o", "json")
 	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+kc, "NO_COLOR=1")
-	w.cmd.Stdout = w
+	w.cmd.Stdout, w.cmd.Stderr = w, &w.errOut
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
