@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -67,6 +68,11 @@ func EnsureDriverPodObjects(ctx context.Context, c client.Client, namespace stri
 	for _, want := range driverPodObjects(namespace) {
 		obj := want.DeepCopyObject().(client.Object)
 		if _, err := controllerutil.CreateOrPatch(ctx, c, obj, func() error { return setIntent(obj, want) }); err != nil {
+			// Created since the cache was read (a concurrent ensure on the
+			// first start): its create event brings us back to check it.
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
 			return fmt.Errorf("ensuring %T %s: %w", want, want.GetName(), err)
 		}
 	}
