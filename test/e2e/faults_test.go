@@ -59,6 +59,11 @@ func TestCrashResume(t *testing.T) {
 	// parallelism shrinks with the kills asked for, keeping the rollout's
 	// leading time well above what the kills consume (5 at 5 kills, 1 at 25).
 	parallel := max(1, total/(2*kills))
+	// Runs before deleteCRs' cleanup: releasing 50 nodes one at a time would
+	// outlast its wait and leave the CR draining into the next test.
+	t.Cleanup(func() {
+		_, _ = run("kubectl", "patch", "nvidiadriver/crash", "--type=merge", `-p={"spec":{"upgradePolicy":{"maxParallelUpgrades":0}}}`)
+	})
 	applyStdin(t, fmt.Sprintf(`apiVersion: nvidia.com/v1alpha1
 kind: NVIDIADriver
 metadata: {name: crash}
@@ -168,6 +173,19 @@ spec:
 					maxRank[name] = max(maxRank[name], r)
 				}
 				past := maxRank[name] >= stateRank[upgrade.StatePodDeletion] || (s == upgrade.StateDone && len(podsSeen[name]) >= 2)
+				if !past && s == upgrade.StateDone && name != "cr-7" && !jobOn[name] && !jobGone[name] {
+					// Done, but was it the done before or after its upgrade?
+					// Under load a node can go through the whole machine
+					// between this sample's pod list and its node list; a new
+					// driver pod listed now, after the node read, says after.
+					newPod := false
+					if again, err := listDriverPods(); err == nil {
+						for _, p := range again {
+							newPod = newPod || (p.Spec.NodeName == name && p.Name != oldPods[name])
+						}
+					}
+					past = newPod
+				}
 				// A GPU job leaves only once its node reached its eviction step,
 				// and while the node is out of service.
 				if name != "cr-7" && !jobOn[name] && !jobGone[name] {
@@ -261,6 +279,14 @@ spec:
 	}
 }
 
+// listDriverPods lists the driver pods without failing the test (safe off
+// the test goroutine and during an outage).
+func listDriverPods() ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	err := k8s.List(context.Background(), pods, client.InNamespace(driverNS), client.MatchingLabels{"app.kubernetes.io/component": "nvidia-driver"})
+	return pods.Items, err
+}
+
 // restartAPIServer stops kube-apiserver for `down` and starts it again with
 // the same command line (kwokctl restarts only whole clusters).
 func restartAPIServer(t *testing.T, down time.Duration) { restartComponent(t, "kube-apiserver", down) }
@@ -328,7 +354,7 @@ spec: {version: "535.104.12", nodeSelector: {api: "yes"}}
 			return err
 		}
 		if d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
-			return fmt.Errorf("state %q, observed %d of %d", d.Status.State, d.Status.ObservedGeneration, d.Generation)
+			return fmt.Errorf("state %q, observed %d of %d, conditions %+v", d.Status.State, d.Status.ObservedGeneration, d.Generation, d.Status.Conditions)
 		}
 		return allNodesIn(t, "api-restart", 2, upgrade.StateDone)
 	})
@@ -512,8 +538,10 @@ func TestLeaderElectionFailover(t *testing.T) {
 	if w := leader.metric("nvdriver_api_writes_total"); w <= 0 {
 		t.Errorf("the leader made %v writes: the check below would prove nothing", w)
 	}
-	if w := follower.metric("nvdriver_api_writes_total"); w != 0 {
-		t.Errorf("the follower made %v writes; only the leader may write", w)
+	// A follower's attempt to take an expired Lease is a write too (it races
+	// the other replica for it): Lease writes are counted apart.
+	if w := follower.metric("nvdriver_api_writes_total") - follower.metric("nvdriver_api_writes_total", `resource="leases"`); w != 0 {
+		t.Errorf("the follower made %v writes besides its Lease attempts; only the leader may write", w)
 	}
 
 	_ = leader.cmd.Process.Kill() // SIGKILL: the Lease is not released
