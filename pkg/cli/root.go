@@ -13,10 +13,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // cloud auth plugins, as kubectl has
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nvdriver/nvdriver/pkg/version"
 )
@@ -109,6 +111,10 @@ Exit status: 0 ok, 1 error, 3 findings (conflicts, doctor errors, failed upgrade
 
 // Main runs the plugin and returns its exit code.
 func Main(args []string, in io.Reader, out, errOut io.Writer) int {
+	// controller-runtime's client and cache log through a logger the plugin
+	// never shows (it says what matters itself); without one, status -w
+	// printed a "log.SetLogger(...) was never called" stack trace after 30 s.
+	ctrllog.SetLogger(logr.Discard())
 	// Ctrl-C cancels the command's context: a write in flight fails, and a
 	// command that changed something puts it back (assign restores labels).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

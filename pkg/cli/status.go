@@ -3,9 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -67,7 +66,7 @@ type StatusOptions struct {
 	Name    string
 	Output  string
 	Watch   bool
-	// watchLost is set while -w's informers cannot list or watch.
+	// watchLost is set while -w's informers cannot reach the API server.
 	watchLost atomic.Bool
 }
 
@@ -138,9 +137,12 @@ func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache
 	}
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	// Every request of the informers passes observeAPI: they retry failed
+	// lists and watches by themselves, and tell no one.
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(o.observeAPI)
 	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, Mapper: restMapper(),
-		ByObject:                 map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts},
-		DefaultWatchErrorHandler: o.watchError})
+		ByObject: map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,16 +170,32 @@ func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache
 	return informers, changes, nil
 }
 
-// watchError says once that a list or watch failed (the informers retry by
-// themselves, with backoff); the next change says the watch is back.
-func (o *StatusOptions) watchError(_ context.Context, r *toolscache.Reflector, err error) {
-	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return // a watch the server closed normally: re-listed at once
-	}
-	if o.watchLost.CompareAndSwap(false, true) {
-		fmt.Fprintf(o.Streams.ErrOut, "warning: watching the API server failed (%v); still following\n", err)
-	}
+// observeAPI says once on stderr that the API server stopped answering (a
+// transport error, 429 or 5xx) and once when a request succeeds again.
+func (o *StatusOptions) observeAPI(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		switch {
+		case err != nil && req.Context().Err() == nil:
+			if o.watchLost.CompareAndSwap(false, true) {
+				fmt.Fprintf(o.Streams.ErrOut, "warning: watching the API server failed (%v); still following\n", err)
+			}
+		case err == nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500):
+			if o.watchLost.CompareAndSwap(false, true) {
+				fmt.Fprintf(o.Streams.ErrOut, "warning: watching the API server failed (HTTP %d); still following\n", resp.StatusCode)
+			}
+		case err == nil && resp.StatusCode < 300:
+			if o.watchLost.CompareAndSwap(true, false) {
+				fmt.Fprintln(o.Streams.ErrOut, "warning: API server back; following again")
+			}
+		}
+		return resp, err
+	})
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 	informers, changes, err := o.watchCache(ctx, cfg)
@@ -203,9 +221,6 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 		case <-ctx.Done():
 			return nil
 		case <-changes:
-			if o.watchLost.CompareAndSwap(true, false) {
-				fmt.Fprintln(o.Streams.ErrOut, "warning: API server back; following again")
-			}
 			if !pending {
 				pending = true
 				timer.Reset(coalesce)

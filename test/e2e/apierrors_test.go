@@ -304,3 +304,43 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// status -w whose connections are all cut (watches included) for 10 s says
+// once that it lost the API server and, when a change comes through after
+// the heal, that it is back; the frame with the change follows.
+func TestStatusWatchSaysWhenItLosesTheAPIServer(t *testing.T) {
+	labelNodes(t, "sw", "yes", "gpu-node-4")
+	deleteCRs(t, "status-watch")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: status-watch}
+spec: {version: "535.104.12", nodeSelector: {sw: "yes"}}
+`)
+	proxy := startFaultProxy(t)
+	watch := startStatusWatchWith(t, "status-watch", proxy.kubeconfig(t, ""))
+	proxy.mu.Lock()
+	open := len(proxy.conns)
+	proxy.mu.Unlock()
+	proxy.cut()
+	eventually(t, 30*time.Second, "status -w to say it lost the API server", func() error {
+		if !strings.Contains(watch.errOut.String(), "watching the API server failed") {
+			return fmt.Errorf("stderr so far: %q (%d connections cut, %d requests dropped since)", watch.errOut.String(), open, proxy.dropped.Load())
+		}
+		return nil
+	})
+	proxy.set(0, false) // heal
+	mark := watch.len()
+	kubectl(t, "patch", "nvidiadriver/status-watch", "--type=merge", `-p={"spec":{"version":"550.90.07"}}`)
+	eventually(t, 60*time.Second, "status -w back with the change", func() error {
+		if !strings.Contains(watch.since(mark), `"version": "550.90.07"`) {
+			return fmt.Errorf("no frame with the new version yet")
+		}
+		return nil
+	})
+	watch.stop(t)
+	e := watch.errOut.String()
+	if strings.Count(e, "still following") != 1 || !strings.Contains(e, "API server back; following again") || strings.Contains(e, "SetLogger") {
+		t.Errorf("status -w's stderr:\n%s\nwant one 'still following', one 'API server back; following again', nothing else", e)
+	}
+	t.Logf("status -w across a cut: %s", strings.ReplaceAll(strings.TrimSpace(e), "\n", " | "))
+}

@@ -34,6 +34,7 @@ type faultProxy struct {
 	writes    atomic.Int64 // writes forwarded to kube-apiserver
 	injected  atomic.Int64 // requests answered with an injected error
 	dropped   atomic.Int64
+	conns     map[net.Conn]bool // open client connections, for cut
 }
 
 func startFaultProxy(t *testing.T) *faultProxy {
@@ -50,7 +51,7 @@ func startFaultProxy(t *testing.T) *faultProxy {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = rt
 	rp.FlushInterval = -1 // watches stream
-	p := &faultProxy{}
+	p := &faultProxy{conns: map[net.Conn]bool{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +95,16 @@ func startFaultProxy(t *testing.T) *faultProxy {
 		}
 		rp.ServeHTTP(w, r)
 	})}
+	p.srv.ConnState = func(c net.Conn, st http.ConnState) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		switch st {
+		case http.StateNew:
+			p.conns[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(p.conns, c)
+		}
+	}
 	go func() { _ = p.srv.Serve(l) }()
 	t.Cleanup(func() { _ = p.srv.Close() })
 	return p
@@ -110,6 +121,17 @@ func (p *faultProxy) set(errorRate float64, drop bool) {
 	p.mu.Lock()
 	p.errorRate, p.drop = errorRate, drop
 	p.mu.Unlock()
+}
+
+// cut drops every new request and closes every open connection, watches
+// included: a partition that also breaks established streams.
+func (p *faultProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drop = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
 }
 
 // kubeconfig writes a kubeconfig that reaches kube-apiserver through the
