@@ -84,7 +84,7 @@ fuzz: ## run every fuzz target for FUZZTIME (60s) each; not in CI (the committed
 
 test-faults: ## the full fault suite: exactly 25 controller kills during a 50-node rollout, kube-apiserver and etcd restarts, leader failover, a partition, 429/500 storms, a blocking PDB, a NotReady node, a restart inside a step timeout (~25 min)
 	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm >/dev/null
-	NVDRIVER_FAULT_KILLS=25 $(GO) test -count=1 -timeout 60m -v -run 'TestCrashResume|TestAPIServerRestart|TestLeaderElectionFailover|TestEtcdRestartMidRollout|TestControllerPartition|TestAPIErrorsDuringRollout|TestPDBThatNeverAllowsEviction|TestNodeNotReadyMidUpgrade|TestStepTimeoutSurvivesARestart|TestWebhookRefusesAnOverlappingApply|TestWebhookCertificateRotation' ./test/e2e/...
+	NVDRIVER_FAULT_SUITE=full NVDRIVER_FAULT_KILLS=25 $(GO) test -count=1 -timeout 60m -v -run 'TestCrashResume|TestAPIServerRestart|TestLeaderElectionFailover|TestEtcdRestartMidRollout|TestControllerPartition|TestAPIErrorsDuringRollout|TestPDBThatNeverAllowsEviction|TestNodeNotReadyMidUpgrade|TestStepTimeoutSurvivesARestart|TestStatusWatchSaysWhenItLosesTheAPIServer|TestWebhookRefusesAnOverlappingApply|TestWebhookCertificateRotation' ./test/e2e/...
 
 bench-micro: ## Go micro-benchmarks: plan.Compute and render at 100-5,000 nodes x 20 CRs, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/plan ./pkg/render

@@ -122,6 +122,7 @@ func faultNodes(t *testing.T, prefix, key string, total int) []string {
 // per node, the budget kept) and finishes; upgrade --wait and status -w,
 // through the same proxy, keep following and end normally.
 func TestAPIErrorsDuringRollout(t *testing.T) {
+	fullFaultsOnly(t)
 	// One node at a time, so the rollout runs through the whole fault.
 	const total, parallel = 16, 1
 	nodes := faultNodes(t, "ae", "apierr", total)

@@ -36,6 +36,7 @@ func setNodeReady(t *testing.T, name string, ready bool) {
 // it is NotReady (sampled every 100 ms: never two nodes out of service), and
 // when it is Ready again the rollout finishes, nothing left cordoned.
 func TestNodeNotReadyMidUpgrade(t *testing.T) {
+	fullFaultsOnly(t)
 	const total = 3
 	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", "nr", "--gpu-nodes", fmt.Sprint(total), "--os", "ubuntu22.04", "--extras=false"); err != nil {
 		t.Fatalf("creating nodes: %v\n%s", err, out)

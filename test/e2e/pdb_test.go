@@ -22,6 +22,7 @@ import (
 // other nodes finish, never more than maxParallelUpgrades of them cordoned;
 // doctor names the budget and gives the command that shows it.
 func TestPDBThatNeverAllowsEviction(t *testing.T) {
+	fullFaultsOnly(t)
 	const total, parallel = 3, 2
 	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", "pd", "--gpu-nodes", fmt.Sprint(total), "--os", "ubuntu22.04", "--extras=false"); err != nil {
 		t.Fatalf("creating nodes: %v\n%s", err, out)
