@@ -186,7 +186,8 @@ spec:
 	proxy.set(0.3, false)
 	proxy.readErrors(0.1)
 	faultStart := time.Now()
-	time.Sleep(60 * time.Second) // the fault's duration, not a synchronisation
+	// The fault lasts 60 s whatever happens meanwhile (the sampler watches).
+	<-time.After(60 * time.Second)
 	proxy.set(0, false)
 	proxy.readErrors(0)
 	during := proxy.requests.Load() - before

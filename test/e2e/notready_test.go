@@ -137,7 +137,9 @@ spec:
 	// NotReady for 20 s: long enough for the machine to have handed the slot
 	// on several times (it re-checks every 2 s).
 	notReadyUntil := time.Now().Add(20 * time.Second)
-	for time.Now().Before(notReadyUntil) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(notReadyUntil); <-tick.C {
 		nl := &corev1.NodeList{}
 		if err := k8s.List(context.Background(), nl, client.MatchingLabels{"notready": "yes"}); err == nil {
 			for _, n := range nl.Items {
@@ -146,7 +148,6 @@ spec:
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond) // sampling pace
 	}
 	n0 := &corev1.Node{}
 	if err := k8s.Get(context.Background(), clientKey(first), n0); err == nil {

@@ -79,11 +79,12 @@ spec:
 	deadline := start.Add(timeout)
 
 	// The restart, at 90 % of the timeout.
-	for time.Now().Before(start.Add(timeout * 9 / 10)) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(start.Add(timeout * 9 / 10)); <-tick.C {
 		if err := k8s.Get(context.Background(), clientKey("to-0"), node); err == nil && node.Labels[upgrade.LabelState] != upgrade.StateWaitForJobs {
 			t.Fatalf("to-0 left wait-for-jobs-required %s before its deadline (now %q)", time.Until(deadline).Round(time.Second), node.Labels[upgrade.LabelState])
 		}
-		time.Sleep(100 * time.Millisecond) // sampling pace
 	}
 	stopControllerGracefully(t)
 	if err := startController(); err != nil {
