@@ -74,6 +74,18 @@ func sampleRollout(key string) *rolloutSampler {
 	return s
 }
 
+// underWay: some node has entered the machine.
+func (s *rolloutSampler) underWay() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.maxRank {
+		if r > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("no node in the machine yet")
+}
+
 // restarted: the node has had a second driver pod (its new one).
 func (s *rolloutSampler) restarted(node string) bool {
 	s.mu.Lock()
@@ -101,6 +113,25 @@ func (s *rolloutSampler) check(t *testing.T, nodes []string, budget int) {
 	}
 }
 
+// rolledOnto: every node of the driver is upgrade-done and every driver pod
+// on a node named prefix-* runs version.
+func rolledOnto(t *testing.T, driver string, total int, prefix, version string) error {
+	if err := allNodesIn(t, driver, total, upgrade.StateDone); err != nil {
+		return err
+	}
+	pods, err := listDriverPods()
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if strings.HasPrefix(p.Spec.NodeName, prefix+"-") && !strings.Contains(p.Spec.Containers[0].Image, version) {
+			return fmt.Errorf("%s still on %s", p.Name, p.Spec.Containers[0].Image)
+		}
+	}
+	return nil
+}
+
+// faultNodes creates total GPU nodes prefix-0.. labelled key=yes, deleted at the end.
 func faultNodes(t *testing.T, prefix, key string, total int) []string {
 	t.Helper()
 	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", prefix, "--gpu-nodes", fmt.Sprint(total), "--os", "ubuntu22.04", "--extras=false"); err != nil {
@@ -163,16 +194,7 @@ spec:
 		code, out, errOut := nvdriverNoT("upgrade", "api-errors", "--to", "525.125.06", "--wait", "--timeout", "8m", "--kubeconfig", pluginKC)
 		res <- result{code, out, errOut}
 	}()
-	eventually(t, 30*time.Second, "the rollout under way", func() error {
-		sampler.mu.Lock()
-		defer sampler.mu.Unlock()
-		for _, r := range sampler.maxRank {
-			if r > 0 {
-				return nil
-			}
-		}
-		return fmt.Errorf("no node in the machine yet")
-	})
+	eventually(t, 30*time.Second, "the rollout under way", sampler.underWay)
 	doneNodes := func() int {
 		n := 0
 		for _, node := range ownedNodes(t, "api-errors") {
@@ -210,17 +232,7 @@ spec:
 	if !strings.Contains(r.errOut, "still following") || !strings.Contains(r.errOut, "following again") {
 		t.Errorf("upgrade --wait did not say it lost and found the API server again:\n%s", r.errOut)
 	}
-	eventually(t, 3*time.Minute, "every node on the new driver", func() error {
-		if err := allNodesIn(t, "api-errors", total, upgrade.StateDone); err != nil {
-			return err
-		}
-		for _, p := range driverPods(t) {
-			if strings.HasPrefix(p.Spec.NodeName, "ae-") && !strings.Contains(p.Spec.Containers[0].Image, "525.125.06") {
-				return fmt.Errorf("%s still on %s", p.Name, p.Spec.Containers[0].Image)
-			}
-		}
-		return nil
-	})
+	eventually(t, 3*time.Minute, "every node on the new driver", func() error { return rolledOnto(t, "api-errors", total, "ae", "525.125.06") })
 	sampler.check(t, nodes, parallel)
 	mark := watch.len()
 	kubectl(t, "patch", "nvidiadriver/api-errors", "--type=merge", `-p={"spec":{"version":"550.90.07"}}`)

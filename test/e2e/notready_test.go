@@ -38,15 +38,7 @@ func setNodeReady(t *testing.T, name string, ready bool) {
 func TestNodeNotReadyMidUpgrade(t *testing.T) {
 	fullFaultsOnly(t)
 	const total = 3
-	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", "nr", "--gpu-nodes", fmt.Sprint(total), "--os", "ubuntu22.04", "--extras=false"); err != nil {
-		t.Fatalf("creating nodes: %v\n%s", err, out)
-	}
-	var nodes []string
-	for i := range total {
-		nodes = append(nodes, fmt.Sprintf("nr-%d", i))
-	}
-	t.Cleanup(func() { _, _ = run("kubectl", append([]string{"delete", "node", "--ignore-not-found"}, nodes...)...) })
-	labelNodes(t, "notready", "yes", nodes...)
+	faultNodes(t, "nr", "notready", total)
 	deleteCRs(t, "notready")
 	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
 kind: NVIDIADriver

@@ -24,15 +24,7 @@ import (
 func TestPDBThatNeverAllowsEviction(t *testing.T) {
 	fullFaultsOnly(t)
 	const total, parallel = 3, 2
-	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", "pd", "--gpu-nodes", fmt.Sprint(total), "--os", "ubuntu22.04", "--extras=false"); err != nil {
-		t.Fatalf("creating nodes: %v\n%s", err, out)
-	}
-	var nodes []string
-	for i := range total {
-		nodes = append(nodes, fmt.Sprintf("pd-%d", i))
-	}
-	t.Cleanup(func() { _, _ = run("kubectl", append([]string{"delete", "node", "--ignore-not-found"}, nodes...)...) })
-	labelNodes(t, "pdb", "yes", nodes...)
+	nodes := faultNodes(t, "pd", "pdb", total)
 	workloadNamespace(t, gpuNS)
 	deleteCRs(t, "pdb")
 	applyStdin(t, fmt.Sprintf(`apiVersion: nvidia.com/v1alpha1

@@ -37,11 +37,7 @@ func stopControllerGracefully(t *testing.T) {
 // neither 30 s after the restart nor before the deadline.
 func TestStepTimeoutSurvivesARestart(t *testing.T) {
 	const timeout = 30 * time.Second
-	if out, err := run("go", "run", "./test/cluster/nodes", "--kubeconfig", kubeconfig, "--prefix", "to", "--gpu-nodes", "1", "--os", "ubuntu22.04", "--extras=false"); err != nil {
-		t.Fatalf("creating the node: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "node", "to-0", "--ignore-not-found") })
-	labelNodes(t, "timeout", "yes", "to-0")
+	faultNodes(t, "to", "timeout", 1)
 	deleteCRs(t, "timeout")
 	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
 kind: NVIDIADriver
