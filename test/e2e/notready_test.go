@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,42 +61,8 @@ spec:
 		return nil
 	})
 
-	type sample struct {
-		out      int // nodes out of service (NotReady or cordoned)
-		inFlight []string
-	}
-	var mu sync.Mutex
-	worst := sample{}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			nl := &corev1.NodeList{}
-			if err := k8s.List(context.Background(), nl, client.MatchingLabels{"notready": "yes"}); err != nil {
-				continue
-			}
-			s := sample{}
-			for _, n := range nl.Items {
-				if n.Spec.Unschedulable || !nodeReady(&n) {
-					s.out++
-					s.inFlight = append(s.inFlight, n.Name+"("+n.Labels[upgrade.LabelState]+")")
-				}
-			}
-			mu.Lock()
-			if s.out > worst.out {
-				worst = s
-			}
-			mu.Unlock()
-		}
-	}()
-
+	// Out of service: NotReady or cordoned.
+	out := countNodes("notready", func(n *corev1.Node) bool { return n.Spec.Unschedulable || !nodeReady(n) })
 	// A job that holds nr-0 (the first in name order) in wait-for-jobs-required,
 	// so it is mid-upgrade when it goes NotReady.
 	workloadNamespace(t, gpuNS)
@@ -161,13 +126,10 @@ spec:
 		}
 		return nil
 	})
-	close(stop)
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("%s NotReady for 20 s mid-upgrade; most nodes out of service at once: %d %v", first, worst.out, worst.inFlight)
-	if worst.out > 1 {
-		t.Errorf("%d nodes out of service at once (%v), maxUnavailable 1", worst.out, worst.inFlight)
+	worst, worstNodes := out.finish()
+	t.Logf("%s NotReady for 20 s mid-upgrade; most nodes out of service at once: %d %v", first, worst, worstNodes)
+	if worst > 1 {
+		t.Errorf("%d nodes out of service at once (%v), maxUnavailable 1", worst, worstNodes)
 	}
 }
 

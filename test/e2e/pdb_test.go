@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -72,34 +71,7 @@ spec:
 		return nil
 	})
 
-	var mu sync.Mutex
-	maxCordoned := 0
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			nl := &corev1.NodeList{}
-			if err := k8s.List(context.Background(), nl, client.MatchingLabels{"pdb": "yes"}); err != nil {
-				continue
-			}
-			c := 0
-			for _, n := range nl.Items {
-				if n.Spec.Unschedulable {
-					c++
-				}
-			}
-			mu.Lock()
-			maxCordoned = max(maxCordoned, c)
-			mu.Unlock()
-		}
-	}()
+	cordons := countNodes("pdb", cordoned)
 	kubectl(t, "patch", "nvidiadriver/pdb", "--type=merge", `-p={"spec":{"version":"525.125.06"}}`)
 	node := &corev1.Node{}
 	eventually(t, 2*time.Minute, "pd-0 failed, the others upgraded", func() error {
@@ -117,8 +89,7 @@ spec:
 		}
 		return nil
 	})
-	close(stop)
-	<-done
+	maxCordoned, _ := cordons.finish()
 	reason := node.Annotations[upgrade.AnnotationFailure]
 	t.Logf("pd-0: %s", reason)
 	if !strings.Contains(reason, "after 20s of eviction") || !strings.Contains(reason, "The disruption budget job-pdb needs 1 healthy pods") {
