@@ -61,7 +61,7 @@ const (
 // NodeAnnotations are every node annotation the machine writes: the node
 // cache keeps them, and a node leaving every driver has them removed.
 var NodeAnnotations = []string{AnnotationRequested, AnnotationInitialUnsched, AnnotationWaitStart,
-	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, "nvidia.com/gpu-driver-upgrade-enabled"}
+	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, AnnotationFailedRevision, "nvidia.com/gpu-driver-upgrade-enabled"}
 
 // maxFailureReason bounds the failure annotation (a reason can name many pods).
 const maxFailureReason = 1024
@@ -92,6 +92,11 @@ type Node struct {
 	Name          string
 	State         string
 	Skip          bool
+	// Labels are the node's labels (the canary selector reads them).
+	Labels        map[string]string
+	// Held says why the rollout does not let the node start its upgrade now
+	// (paused, halted, waiting for the canary); "" when it may (Track).
+	Held          string
 	Unschedulable bool
 	NotReady      bool
 	Annotations   map[string]string
@@ -145,6 +150,14 @@ type Policy struct {
 	// What each step may remove, as kubectl drain's --force and
 	// --delete-emptydir-data; the drain step only pods matching its selector.
 	PodDeletion, Drain Removal
+	// The rollout (ours, docs/design.md, "Rollouts"): paused, its canary
+	// wave (nil: none), how many failures halt it.
+	Paused        bool
+	Canary        *Canary
+	FailureBudget intstr.IntOrString
+	// Revision is the hash of the spec being rolled out (RevisionOf); a
+	// node's failure is recorded against it.
+	Revision string
 }
 
 // Removal is what a pod-removing step may remove: pods without a controller
@@ -159,10 +172,19 @@ type Removal struct {
 // PolicyFor resolves a CR's upgradePolicy with NVIDIA's defaults.
 func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
 	p := Policy{AutoUpgrade: true, MaxParallelUpgrades: 1, MaxUnavailable: intstr.FromString("25%"),
-		PodDeletionTimeout: 300 * time.Second, DrainTimeout: 300 * time.Second, ValidationTimeout: DefaultValidationTimeout}
+		PodDeletionTimeout: 300 * time.Second, DrainTimeout: 300 * time.Second, ValidationTimeout: DefaultValidationTimeout,
+		FailureBudget: intstr.FromInt32(1)}
+	_, p.Revision = RevisionOf(spec)
 	up := spec.UpgradePolicy
 	if up == nil {
 		return p
+	}
+	p.Paused = up.Paused
+	if up.FailureBudget != nil {
+		p.FailureBudget = *up.FailureBudget
+	}
+	if c := up.Canary; c != nil {
+		p.Canary = canaryPolicy(c)
 	}
 	p.AutoUpgrade = up.AutoUpgrade
 	p.MaxParallelUpgrades = up.MaxParallelUpgrades
@@ -259,9 +281,10 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 			continue
 		}
 		if n.State == StateRequired {
-			// Entering the machine costs a slot unless the node is already out of service.
+			// Entering the machine costs a slot unless the node is already
+			// out of service; the rollout may hold it (Track).
 			free := n.Unschedulable || n.NotReady
-			if free || slots > 0 {
+			if n.Held == "" && (free || slots > 0) {
 				if !free {
 					slots--
 				}
@@ -317,19 +340,27 @@ func afterValidation(d *Decision, n Node) {
 	d.To = StateUncordon
 }
 
-func fail(d *Decision, reason string) {
+func fail(d *Decision, p Policy, reason string) {
 	d.To = StateFailed
 	d.Reason = reason
 	if len(reason) > maxFailureReason {
 		reason = reason[:maxFailureReason-3] + "..."
 	}
 	d.Annotations[AnnotationFailure] = reason
+	if p.Revision != "" {
+		d.Annotations[AnnotationFailedRevision] = p.Revision
+	}
 }
 
 // clearFailure drops the failure reason of a node that left upgrade-failed.
 func clearFailure(d *Decision, n Node) {
-	if d.To != StateFailed && n.Annotations[AnnotationFailure] != "" {
-		d.Annotations[AnnotationFailure] = ""
+	if d.To == StateFailed {
+		return
+	}
+	for _, k := range []string{AnnotationFailure, AnnotationFailedRevision} {
+		if n.Annotations[k] != "" {
+			d.Annotations[k] = ""
+		}
 	}
 }
 
@@ -429,7 +460,7 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 			d.To = StateDrain
 			return
 		}
-		fail(d, "spec.upgradePolicy.podDeletion does not allow removing "+strings.Join(n.Refused, "; "))
+		fail(d, p, "spec.upgradePolicy.podDeletion does not allow removing "+strings.Join(n.Refused, "; "))
 		return
 	}
 	if p.PodDeletionTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.PodDeletionTimeout {
@@ -438,7 +469,7 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 			d.To = StateDrain
 			return
 		}
-		fail(d, fmt.Sprintf("%d GPU pod(s) still on the node after %s of eviction (%s)", n.GPUPods, p.PodDeletionTimeout, evictionBlocker(n)))
+		fail(d, p, fmt.Sprintf("%d GPU pod(s) still on the node after %s of eviction (%s)", n.GPUPods, p.PodDeletionTimeout, evictionBlocker(n)))
 		return
 	}
 	d.Actions = append(d.Actions, ActEvictGPUPods)
@@ -455,12 +486,12 @@ func fromDrain(d *Decision, n Node, p Policy, now time.Time) {
 		if n.Annotations[AnnotationDeletionStart] != "" {
 			d.Annotations[AnnotationDeletionStart] = ""
 		}
-		fail(d, "spec.upgradePolicy.drain does not allow removing "+strings.Join(n.Refused, "; "))
+		fail(d, p, "spec.upgradePolicy.drain does not allow removing "+strings.Join(n.Refused, "; "))
 		return
 	}
 	if p.DrainTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.DrainTimeout {
 		d.Annotations[AnnotationDeletionStart] = ""
-		fail(d, fmt.Sprintf("drain did not empty the node within %s (%s)", p.DrainTimeout, evictionBlocker(n)))
+		fail(d, p, fmt.Sprintf("drain did not empty the node within %s (%s)", p.DrainTimeout, evictionBlocker(n)))
 		return
 	}
 	d.Actions = append(d.Actions, ActDrain)
@@ -499,14 +530,14 @@ func fromPodRestart(d *Decision, n Node, p Policy, now time.Time) {
 			d.Annotations[AnnotationValidationStart] = stamp(now)
 		}
 	case pod.Restarts > maxDriverPodRestarts:
-		fail(d, fmt.Sprintf("the new driver pod %s restarted %d times without becoming Ready", pod.Name, pod.Restarts))
+		fail(d, p, fmt.Sprintf("the new driver pod %s restarted %d times without becoming Ready", pod.Name, pod.Restarts))
 		d.Annotations[AnnotationValidationStart] = ""
 	default:
 		// The new pod runs but is not Ready: the validation clock starts now
 		// (NVIDIA waits forever here unless the pod restarts >10 times).
 		if clock(d, n, AnnotationValidationStart, now) >= p.ValidationTimeout {
 			d.Annotations[AnnotationValidationStart] = ""
-			fail(d, fmt.Sprintf("the new driver pod %s did not become Ready within %s", pod.Name, p.ValidationTimeout))
+			fail(d, p, fmt.Sprintf("the new driver pod %s did not become Ready within %s", pod.Name, p.ValidationTimeout))
 		}
 	}
 }
@@ -531,10 +562,10 @@ func fromValidation(d *Decision, n Node, p Policy, now time.Time) {
 			name = pod.Name
 		}
 		if pod != nil && pod.InSync && pod.Ready && n.ValidatorsPending {
-			fail(d, fmt.Sprintf("no validation pod became Ready on the node within %s (driver pod %s is Ready)", p.ValidationTimeout, name))
+			fail(d, p, fmt.Sprintf("no validation pod became Ready on the node within %s (driver pod %s is Ready)", p.ValidationTimeout, name))
 			return
 		}
-		fail(d, fmt.Sprintf("the new driver pod %s did not become Ready within %s", name, p.ValidationTimeout))
+		fail(d, p, fmt.Sprintf("the new driver pod %s did not become Ready within %s", name, p.ValidationTimeout))
 	}
 }
 
@@ -547,11 +578,16 @@ func fromUncordon(d *Decision, n Node, p Policy, now time.Time) {
 	}
 }
 
-// fromFailed: a failed node recovers when its driver pod is in sync and Ready.
+// fromFailed: a failed node recovers when its driver pod is in sync and
+// Ready; one that failed on an older revision is retried on the new one (the
+// spec changed since: an undo, a fixed version).
 func fromFailed(d *Decision, n Node, p Policy, now time.Time) {
 	pod := n.DriverPod
-	// A failed node recovers when its driver pod is in sync and Ready.
 	if pod != nil && pod.InSync && pod.Ready {
 		afterValidation(d, n)
+		return
+	}
+	if rev := n.Annotations[AnnotationFailedRevision]; rev != "" && p.Revision != "" && rev != p.Revision && pod != nil {
+		d.To = StateRequired
 	}
 }

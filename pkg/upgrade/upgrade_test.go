@@ -98,6 +98,13 @@ func TestNext(t *testing.T) {
 		{"unknown foreign state -> restart", Node{State: "node-maintenance-required"}, defaults(), StateUnknown, nil, nil, false},
 		{"a failed node an admin set back to upgrade-required loses its failure reason", Node{State: StateRequired, DriverPod: stale,
 			Annotations: map[string]string{AnnotationFailure: "old reason"}}, defaults(), StateCordon, nil, map[string]string{AnnotationFailure: ""}, false},
+		{"a failed node is retried once the spec changed (undo, a fixed version)", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,
+			Annotations: map[string]string{AnnotationFailure: "old reason", AnnotationFailedRevision: "older"}}, defaults(), StateRequired, nil,
+			map[string]string{AnnotationFailure: "", AnnotationFailedRevision: ""}, false},
+		{"a node failed on this revision is not retried", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,
+			Annotations: map[string]string{AnnotationFailure: "reason", AnnotationFailedRevision: defaults().Revision}}, defaults(), StateFailed, nil, nil, false},
+		{"a node held by the rollout does not start", Node{State: StateRequired, DriverPod: stale, Held: "rollout paused"}, defaults(), StateRequired, nil, nil, false},
+		{"a cordoned node held by the rollout does not start either", Node{State: StateRequired, DriverPod: stale, Unschedulable: true, Held: "waiting for the canary"}, defaults(), StateRequired, nil, nil, false},
 		{"a failed node keeps its reason", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,
 			Annotations: map[string]string{AnnotationFailure: "old reason"}}, defaults(), StateFailed, nil, nil, false},
 	}
@@ -122,6 +129,7 @@ func TestNext(t *testing.T) {
 			if tc.failed {
 				// The reason stays on the node until it leaves upgrade-failed.
 				want[AnnotationFailure] = d.Reason
+				want[AnnotationFailedRevision] = tc.policy.Revision
 			}
 			if !reflect.DeepEqual(d.Annotations, want) {
 				t.Errorf("annotations %v, want %v", d.Annotations, want)
