@@ -184,7 +184,12 @@ func TestTrack(t *testing.T) {
 					up.FailureBudget = ptr.To(intstr.FromInt32(3))
 				})
 				return p
-			}(), prev: func() *v1alpha1.RolloutStatus { s := autoDone(time.Hour); s.CanaryNodes = []string{"n00", "n01"}; s.CanaryDoneAt = nil; return s }(),
+			}(), prev: func() *v1alpha1.RolloutStatus {
+				s := autoDone(time.Hour)
+				s.CanaryNodes = []string{"n00", "n01"}
+				s.CanaryDoneAt = nil
+				return s
+			}(),
 			phase: v1alpha1.RolloutCanary, held: []string{"n02", "n03"}},
 		{name: "budget 10% of 20 is 2: one failure goes on", nodes: set(fleet(20), failedHere(plain.Revision), "n03"),
 			policy: func() Policy { p := plain; p.FailureBudget = intstr.FromString("10%"); return p }(), phase: v1alpha1.RolloutProgressing},

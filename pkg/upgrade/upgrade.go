@@ -89,11 +89,11 @@ type DriverPod struct {
 
 // Node is one node of the CR with everything its transition depends on.
 type Node struct {
-	Name          string
-	State         string
-	Skip          bool
+	Name  string
+	State string
+	Skip  bool
 	// Labels are the node's labels (the canary selector reads them).
-	Labels        map[string]string
+	Labels map[string]string
 	// Held says why the rollout does not let the node start its upgrade now
 	// (paused, halted, waiting for the canary); "" when it may (Track).
 	Held          string
