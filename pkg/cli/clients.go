@@ -64,6 +64,7 @@ func restMapper() meta.RESTMapper {
 	add(corev1.SchemeGroupVersion.WithKind("Event"), "events", meta.RESTScopeNamespace)
 	add(appsv1.SchemeGroupVersion.WithKind("DaemonSet"), "daemonsets", meta.RESTScopeNamespace)
 	add(appsv1.SchemeGroupVersion.WithKind("Deployment"), "deployments", meta.RESTScopeNamespace)
+	add(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), "controllerrevisions", meta.RESTScopeNamespace)
 	add(coordinationv1.SchemeGroupVersion.WithKind("Lease"), "leases", meta.RESTScopeNamespace)
 	add(v1alpha1.GroupVersion.WithKind("NVIDIADriver"), "nvidiadrivers", meta.RESTScopeRoot)
 	add(apiextv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"), "customresourcedefinitions", meta.RESTScopeRoot)

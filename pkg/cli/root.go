@@ -101,6 +101,7 @@ Exit status: 0 ok, 1 error, 3 findings (conflicts, doctor errors, failed upgrade
 		NewCmdUpgrade(flags, s, &noColor),
 		NewCmdStatus(flags, s, &noColor),
 		NewCmdDoctor(flags, s, &noColor),
+		NewCmdRollout(flags, s),
 		newVersionCommand(out),
 		newCompletionCommand(root, out),
 	)

@@ -43,6 +43,10 @@ type DriverStatus struct {
 	Version    string             `json:"version"`
 	Conditions []metav1.Condition `json:"conditions"`
 	Pools      []PoolStatus       `json:"pools"`
+	// Paused is spec.upgradePolicy.paused; Rollout the controller's
+	// status.rollout (absent with NVIDIA's operator).
+	Paused  bool                    `json:"paused,omitempty"`
+	Rollout *v1alpha1.RolloutStatus `json:"rollout,omitempty"`
 }
 
 // PoolStatus is one driver DaemonSet with its live counts.
@@ -294,7 +298,8 @@ func buildStatus(in *inputs, name string) (*StatusReport, error) {
 			state = "unknown"
 		}
 		ds := DriverStatus{Name: d.Name, State: state, DriverType: string(d.Spec.Type()), Version: d.Spec.Version,
-			Conditions: d.Status.Conditions, Pools: []PoolStatus{}}
+			Conditions: d.Status.Conditions, Pools: []PoolStatus{}, Rollout: d.Status.Rollout,
+			Paused: d.Spec.UpgradePolicy != nil && d.Spec.UpgradePolicy.Paused}
 		if ds.Conditions == nil {
 			ds.Conditions = []metav1.Condition{}
 		}
@@ -372,6 +377,9 @@ func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *output.Styles
 		if c := failing(d.Conditions); c != nil {
 			messages = append(messages, fmt.Sprintf("%s: %s=%s (%s): %s", d.Name, c.Type, c.Status, c.Reason, c.Message))
 		}
+		if m := rolloutLine(d); m != "" {
+			messages = append(messages, m)
+		}
 	}
 	if err := output.Table(w, headers, rows); err != nil {
 		return err
@@ -383,6 +391,26 @@ func PrintStatusTable(w io.Writer, r *StatusReport, wide bool, st *output.Styles
 		}
 	}
 	return nil
+}
+
+// rolloutLine tells of a rollout that is not simply done: its phase, wave
+// counts and what it waits for ("" when complete or unknown).
+func rolloutLine(d DriverStatus) string {
+	r := d.Rollout
+	if r == nil || (r.Phase == v1alpha1.RolloutComplete && !d.Paused) {
+		return ""
+	}
+	phase := r.Phase
+	if d.Paused && phase != v1alpha1.RolloutPaused && phase != v1alpha1.RolloutHalted {
+		phase = "PAUSED, " + phase
+	} else if phase == v1alpha1.RolloutPaused {
+		phase = "PAUSED"
+	}
+	line := fmt.Sprintf("%s: rollout %s: %d/%d node(s) done, %d in flight, %d failed", d.Name, phase, r.Done, r.Total, r.InFlight, r.Failed)
+	if r.Message != "" {
+		line += "; " + r.Message
+	}
+	return line
 }
 
 // failing returns the condition that explains a driver that is not fine.

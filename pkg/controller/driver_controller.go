@@ -130,7 +130,9 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	states, owners := snap.nodeLabels()
 	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure, Images: images})
 	r.eventOnImages(d, st)
-	if err := r.writeStatus(ctx, d, st); err != nil {
+	if err := r.writeStatus(ctx, d, st); errors.Is(err, errStatusConflict) {
+		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	recordState(d.Name, st.State)
@@ -330,9 +332,14 @@ func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADr
 	if equality.Semantic.DeepEqual(d.Status, st) {
 		return nil
 	}
-	patch := client.MergeFrom(d.DeepCopy())
+	// With the resourceVersion as a precondition: the upgrade reconciler
+	// writes status.rollout and its condition, and a patch from a stale copy
+	// would put back the conditions list it had.
+	patch := client.MergeFromWithOptions(d.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	d.Status = st
-	if err := r.Client.Status().Patch(ctx, d, patch); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Status().Patch(ctx, d, patch); apierrors.IsConflict(err) {
+		return errStatusConflict
+	} else if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	return nil

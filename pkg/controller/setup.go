@@ -92,6 +92,14 @@ func CacheOptions(namespace string) cache.Options {
 			Namespaces: map[string]cache.Config{namespace: {}},
 			Label:      labels.NewSelector().Add(*req),
 		},
+		// The driver DaemonSets' revisions (they carry the pod template's
+		// labels): which template hash is current, so a pod on a template
+		// that came back (an undo) is in sync. Data dropped: only the hash is read.
+		&appsv1.ControllerRevision{}: {
+			Namespaces: map[string]cache.Config{namespace: {}},
+			Label:      labels.NewSelector().Add(*component),
+			Transform:  trimRevision,
+		},
 		// Driver pods only (the upgrade machine reads their revision and readiness).
 		&corev1.Pod{}: {
 			Namespaces: map[string]cache.Config{namespace: {}},
@@ -101,6 +109,17 @@ func CacheOptions(namespace string) cache.Options {
 	}
 	maps.Copy(byObject, driverPodObjectsCache(namespace))
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: byObject}
+}
+
+// trimRevision keeps a ControllerRevision's name, owner, labels and number.
+func trimRevision(obj any) (any, error) {
+	cr, ok := obj.(*appsv1.ControllerRevision)
+	if !ok {
+		return obj, nil
+	}
+	return &appsv1.ControllerRevision{TypeMeta: cr.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: cr.Name, Namespace: cr.Namespace, UID: cr.UID, ResourceVersion: cr.ResourceVersion, Labels: cr.Labels,
+		OwnerReferences: cr.OwnerReferences}, Revision: cr.Revision}, nil
 }
 
 // trimNode drops everything of a Node the controller never reads.
@@ -300,6 +319,14 @@ func registerIndexes(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.ControllerRevision{}, podControllerIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
+			return []string{string(ref.UID)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
 		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
 			return []string{n}
@@ -431,7 +458,8 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("upgrade").
-		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Annotations too: `rollout resume` is an annotation.
+		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
 		Watches(&corev1.Pod{}, ownerOfPod).
 		Watches(&appsv1.DaemonSet{}, driverOfDS).

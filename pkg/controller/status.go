@@ -50,6 +50,7 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 		ObservedGeneration: in.Driver.Generation,
 		Namespace:          in.Namespace,
 		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
+		Rollout:            old.Rollout, // the upgrade reconciler's
 	}
 	pd := in.Plan
 	var prog progressCounts
@@ -58,8 +59,15 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 	}
 	setConditions(&st, pd, in.Failure, prog)
 	setImageCondition(&st, in.Images, &prog)
-	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type > st.Conditions[j].Type })
+	sortConditions(st.Conditions)
 	return st
+}
+
+// sortConditions puts conditions in the one order both status writers use
+// (the driver and the upgrade reconcilers): a different order would be a
+// change, and each would rewrite the other's.
+func sortConditions(cs []metav1.Condition) {
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Type > cs[j].Type })
 }
 
 // progressCounts add up the pools: nodes upgrading, done, failed and in all,

@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"golang.org/x/sync/errgroup"
 	"strings"
@@ -138,7 +139,22 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.carryOut(ctx, d, ps, policy, now, passStart)
+	gate, err := r.trackRollout(ctx, d, ps, policy, now)
+	if errors.Is(err, errStatusConflict) {
+		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res, err := r.carryOut(ctx, d, ps, policy, now, passStart)
+	if !gate.WakeAt.IsZero() {
+		// A bake time ends: nothing else would wake the rollout then.
+		after := max(gate.WakeAt.Sub(now), time.Second)
+		if res.RequeueAfter == 0 || after < res.RequeueAfter {
+			res.RequeueAfter = after
+		}
+	}
+	return res, err
 }
 
 // pass is what one pass of the machine observed: its inputs per node, the
@@ -169,6 +185,7 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 		in := upgrade.Node{
 			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",
 			Unschedulable: n.Spec.Unschedulable, NotReady: !nodeReady(n), Annotations: n.Annotations, DriverPod: pods[n.Name],
+			Labels: n.Labels,
 		}
 		if in.Annotations == nil {
 			in.Annotations = map[string]string{}
@@ -259,8 +276,15 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		exec     errgroup.Group
 	)
 	exec.SetLimit(passWorkers)
+	held := map[string]bool{}
+	for _, in := range ps.inputs {
+		held[in.Name] = in.Held != ""
+	}
 	for _, dec := range upgrade.Decide(ps.inputs, policy, now) {
-		if upgrade.InProgress(dec.To) || dec.To == upgrade.StateRequired {
+		// A node the rollout holds waits for an event (a resume, a spec
+		// change, a node finishing), not for a timer: a paused rollout costs
+		// nothing while it waits.
+		if upgrade.InProgress(dec.To) || (dec.To == upgrade.StateRequired && !held[dec.Node]) {
 			busy = true
 		}
 		if !dec.Changed() {
@@ -307,12 +331,20 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		return nil, nil, err
 	}
 	gen := map[types.UID]string{}
+	hash := map[types.UID]string{}
 	foreign := map[types.UID]bool{}
 	for _, ds := range dss.Items {
 		ref := metav1.GetControllerOf(&ds)
 		switch {
 		case ref != nil && ref.UID == d.UID:
 			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+			if ds.Status.ObservedGeneration >= ds.Generation {
+				h, err := r.currentHash(ctx, ds.UID)
+				if err != nil {
+					return nil, nil, err
+				}
+				hash[ds.UID] = h
+			}
 		case ref != nil && ref.Kind == "NVIDIADriver":
 			foreign[ds.UID] = true
 		}
@@ -352,7 +384,13 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		if !ok && !(foreign[ref.UID] && movingIn[p.Spec.NodeName]) {
 			continue
 		}
-		dp := &upgrade.DriverPod{Name: p.Name, InSync: want != "" && p.Labels[podTemplateGenerationLabel] == want,
+		// In sync: made from the current template generation, or from an
+		// earlier one identical to it (the same revision hash, as the
+		// DaemonSet controller judges it): an undo does not restart pods
+		// that never left the template it returns to.
+		h := hash[ref.UID]
+		inSync := want != "" && (p.Labels[podTemplateGenerationLabel] == want || (h != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == h))
+		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync,
 			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil}
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 			dp.Restarts = max(dp.Restarts, cs.RestartCount)
@@ -364,6 +402,25 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		}
 	}
 	return out, objs, nil
+}
+
+// currentHash is the template hash of a DaemonSet's newest revision ("" when
+// the DaemonSet controller has made none yet), from the cache.
+func (r *UpgradeReconciler) currentHash(ctx context.Context, ds types.UID) (string, error) {
+	list := &appsv1.ControllerRevisionList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(r.Options.Namespace), client.MatchingFields{podControllerIndex: string(ds)}, client.UnsafeDisableDeepCopy); err != nil {
+		return "", err
+	}
+	var newest *appsv1.ControllerRevision
+	for i := range list.Items {
+		if newest == nil || list.Items[i].Revision > newest.Revision {
+			newest = &list.Items[i]
+		}
+	}
+	if newest == nil {
+		return "", nil
+	}
+	return newest.Labels[appsv1.ControllerRevisionHashLabelKey], nil
 }
 
 func (r *UpgradeReconciler) podsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {

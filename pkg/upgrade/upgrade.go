@@ -280,6 +280,17 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 			out = append(out, d)
 			continue
 		}
+		if n.State == StateRequired && n.DriverPod != nil && n.DriverPod.InSync && n.Annotations[AnnotationRequested] != "true" && n.MoveTo() == "" {
+			// The spec came back to what the node runs (an undo before it
+			// started): nothing to do.
+			d.To = StateDone
+			if n.Annotations[AnnotationInitialUnsched] != "" {
+				d.Annotations[AnnotationInitialUnsched] = ""
+			}
+			clearFailure(&d, n)
+			out = append(out, d)
+			continue
+		}
 		if n.State == StateRequired {
 			// Entering the machine costs a slot unless the node is already
 			// out of service; the rollout may hold it (Track).

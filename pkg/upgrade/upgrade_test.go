@@ -103,6 +103,8 @@ func TestNext(t *testing.T) {
 			map[string]string{AnnotationFailure: "", AnnotationFailedRevision: ""}, false},
 		{"a node failed on this revision is not retried", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,
 			Annotations: map[string]string{AnnotationFailure: "reason", AnnotationFailedRevision: defaults().Revision}}, defaults(), StateFailed, nil, nil, false},
+		{"required, but the spec came back to what the node runs -> done", Node{State: StateRequired, DriverPod: fresh,
+			Annotations: map[string]string{AnnotationInitialUnsched: "true"}}, defaults(), StateDone, nil, map[string]string{AnnotationInitialUnsched: ""}, false},
 		{"a node held by the rollout does not start", Node{State: StateRequired, DriverPod: stale, Held: "rollout paused"}, defaults(), StateRequired, nil, nil, false},
 		{"a cordoned node held by the rollout does not start either", Node{State: StateRequired, DriverPod: stale, Unschedulable: true, Held: "waiting for the canary"}, defaults(), StateRequired, nil, nil, false},
 		{"a failed node keeps its reason", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,

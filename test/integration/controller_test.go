@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,6 +50,15 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		// Leader election renews its Lease; that is not a reconcile write.
 		if !strings.Contains(r.URL.Path, "/leases/") && !strings.Contains(r.URL.Path, "/events") {
 			writeCount.Add(1)
+			if os.Getenv("NVD_DEBUG_WRITES") != "" {
+				var body []byte
+				if r.GetBody != nil {
+					if rc, err := r.GetBody(); err == nil {
+						body, _ = io.ReadAll(rc)
+					}
+				}
+				fmt.Fprintln(os.Stderr, "WRITE", r.Method, r.URL.String(), string(body))
+			}
 		}
 	}
 	return c.next.RoundTrip(r)

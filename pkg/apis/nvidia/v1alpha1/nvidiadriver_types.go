@@ -22,6 +22,16 @@ const (
 	// being rolled out (docs/design.md, "Image preflight"); absent when the
 	// controller's image check is off.
 	ConditionImageAvailable = "ImageAvailable"
+	// ConditionRolloutHalted is ours: True when the rollout's failed nodes
+	// spent spec.upgradePolicy.failureBudget (docs/design.md, "Rollouts").
+	ConditionRolloutHalted = "RolloutHalted"
+	// The rollout history: ControllerRevisions in the driver namespace,
+	// owned by their CR and labelled with its name (docs/design.md, "Rollouts").
+	RevisionLabel               = "nvdriver.io/nvidiadriver"
+	RevisionStartedAnnotation   = "nvdriver.io/rollout-started-at"
+	RevisionCompletedAnnotation = "nvdriver.io/rollout-completed-at"
+	RevisionNodesAnnotation     = "nvdriver.io/rollout-nodes"
+	RevisionImagesAnnotation    = "nvdriver.io/rollout-images"
 	// Reasons of ImageAvailable (ImageMissing is also Ready's reason while a
 	// pool is held for its image).
 	ReasonImagesFound         = "ImagesFound"

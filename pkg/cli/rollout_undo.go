@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+// RolloutUndoOptions holds the flags of `rollout undo`.
+type RolloutUndoOptions struct {
+	Flags      *genericclioptions.ConfigFlags
+	Streams    streams
+	Name       string
+	ToRevision int64
+	DryRun     string
+}
+
+// NewCmdRolloutUndo builds `rollout undo`.
+func NewCmdRolloutUndo(flags *genericclioptions.ConfigFlags, s streams) *cobra.Command {
+	o := &RolloutUndoOptions{Flags: flags, Streams: s, DryRun: "none"}
+	cmd := &cobra.Command{
+		Use:   "undo NAME [--to-revision N]",
+		Short: "Put an earlier fully rolled-out revision back on an NVIDIADriver",
+		Long: `Undo puts back the driver fields of a recorded revision (everything but nodeSelector,
+default and upgradePolicy, as kubectl rollout undo restores a Deployment's pod template),
+by default the newest revision that differs from the current spec: the last known good
+one while a rollout is halted. The change rolls through the same machine as any other
+(canary, budget, validation); nodes that never left that revision are not restarted, and
+failed nodes are retried on it.`,
+		Example: `  kubectl nvdriver rollout undo demo-gold
+  kubectl nvdriver rollout undo demo-gold --to-revision 2 --dry-run=server`,
+		Args:              exactArgs(1, "NAME"),
+		ValidArgsFunction: completeDrivers(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			if err := o.Validate(); err != nil {
+				return asUsage(err)
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "the revision to go back to (default: the newest that differs from the current spec)")
+	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `"none", "client" or "server"`)
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
+	_ = cmd.RegisterFlagCompletionFunc("dry-run", fixedCompletion("none", "client", "server"))
+	return cmd
+}
+
+// Validate checks the flags.
+func (o *RolloutUndoOptions) Validate() error {
+	if o.ToRevision < 0 {
+		return usageErrorf("invalid --to-revision %d: revisions count from 1", o.ToRevision)
+	}
+	return oneOf("--dry-run", o.DryRun, "none", "client", "server")
+}
+
+// Run puts the revision back (a server dry run first: nothing changes on a refusal).
+func (o *RolloutUndoOptions) Run(ctx context.Context) error {
+	c, _, err := clientFor(o.Flags)
+	if err != nil {
+		return err
+	}
+	d, err := getDriverForRollout(ctx, c, o.Name)
+	if err != nil {
+		return err
+	}
+	revs, err := listRevisions(ctx, c, d, driverNamespace(o.Flags, d))
+	if err != nil {
+		return err
+	}
+	target, err := o.choose(d, revs)
+	if err != nil {
+		return err
+	}
+	if target.Current {
+		fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s unchanged (already at revision %d, version %s)\n", o.Name, target.Revision, target.Version)
+		return nil
+	}
+	body, err := undoPatch(d, target.Spec)
+	if err != nil {
+		return err
+	}
+	patch := client.RawPatch(types.MergePatchType, body)
+	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	if o.DryRun != "client" {
+		if err := c.Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
+			return fmt.Errorf("the API server refuses revision %d for %s (nothing was changed): %v", target.Revision, o.Name, err)
+		}
+	}
+	from := d.Spec.Version
+	if o.DryRun == "none" {
+		if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("patching %s: %w", o.Name, err)
+		}
+	}
+	fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s rolled back to revision %d%s (version %s -> %s)\n", o.Name, target.Revision, suffix, dash(from), dash(target.Version))
+	return nil
+}
+
+// choose is --to-revision, or the newest revision unlike the current spec.
+func (o *RolloutUndoOptions) choose(d *v1alpha1.NVIDIADriver, revs []Revision) (Revision, error) {
+	if o.ToRevision > 0 {
+		for _, r := range revs {
+			if r.Revision == o.ToRevision {
+				return r, nil
+			}
+		}
+		return Revision{}, fmt.Errorf("%s has no revision %d (%s); kubectl nvdriver rollout history %s lists them", o.Name, o.ToRevision, revisionNumbers(revs), o.Name)
+	}
+	for i := len(revs) - 1; i >= 0; i-- {
+		if !revs[i].Current {
+			return revs[i], nil
+		}
+	}
+	return Revision{}, fmt.Errorf("%s has no earlier revision to go back to (%s): a revision is recorded when a spec has reached every node", o.Name, revisionNumbers(revs))
+}
+
+// undoPatch is the merge patch that makes the CR's driver fields the
+// revision's: its fields set, the others the CR has removed; nodeSelector,
+// default and upgradePolicy untouched. The resourceVersion makes it fail
+// rather than undo over a change made since it was read.
+func undoPatch(d *v1alpha1.NVIDIADriver, rev map[string]any) ([]byte, error) {
+	raw, err := json.Marshal(d.Spec)
+	if err != nil {
+		return nil, err
+	}
+	var cur map[string]any
+	if err := json.Unmarshal(raw, &cur); err != nil {
+		return nil, err
+	}
+	for k := range cur {
+		if !upgrade.IsRevisionField(k) {
+			delete(cur, k)
+		}
+	}
+	want := map[string]any{}
+	for k, v := range rev {
+		if upgrade.IsRevisionField(k) {
+			want[k] = v
+		}
+	}
+	spec := mergePatchTo(cur, want)
+	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": d.ResourceVersion}, "spec": spec})
+}
+
+// mergePatchTo is the JSON merge patch (RFC 7386) that turns cur into want:
+// nested objects are patched key by key, so a key the revision lacks is
+// removed at any depth, not only at the top.
+func mergePatchTo(cur, want map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, w := range want {
+		c, had := cur[k]
+		wm, wIsMap := w.(map[string]any)
+		cm, cIsMap := c.(map[string]any)
+		if had && wIsMap && cIsMap {
+			if sub := mergePatchTo(cm, wm); len(sub) > 0 {
+				out[k] = sub
+			}
+			continue
+		}
+		if !had || !reflect.DeepEqual(c, w) {
+			out[k] = w
+		}
+	}
+	for k := range cur {
+		if _, ok := want[k]; !ok {
+			out[k] = nil
+		}
+	}
+	return out
+}
