@@ -36,9 +36,9 @@ say "Installing the chart as NVIDIA's docs install the GPU Operator (the control
 show "$bin/helm" install nvdriver charts/nvdriver -n gpu-operator --create-namespace --set controller.enabled=false --set controller.webhook.url="$hook" --set driver.repository="$reg" --wait
 kubectl label namespace gpu-operator pod-security.kubernetes.io/enforce=privileged --overwrite >/dev/null
 
-say "Starting the controller (leader election on, as in a cluster; image checks re-tried every 2-5 s here instead of 30 s-10 min)"
+say "Starting the controller (leader election on, as in a cluster; image checks re-tried every 2-5 s here instead of 30 s-10 min, a new driver pod given 15 s instead of 10 min to become Ready)"
 bin/controller --kubeconfig "$kubeconfig" --namespace gpu-operator --metrics-bind-address 127.0.0.1:0 \
-  --health-probe-bind-address 127.0.0.1:0 --image-check-backoff 2s --image-check-max-backoff 5s \
+  --health-probe-bind-address 127.0.0.1:0 --image-check-backoff 2s --image-check-max-backoff 5s --validation-timeout 15s \
   --webhook-bind-address "127.0.0.1:$hookport" --webhook-url "$hook" >"$workdir/controller.log" 2>&1 &
 echo $! >"$workdir/controller.pid"
 echo "controller pid $(cat "$workdir/controller.pid"), log $workdir/controller.log"
@@ -115,6 +115,38 @@ say "Push the missing tag: the controller finds it at its next check and the rol
 show "$workdir/registry" push "$reg/driver:525.125.06-ubuntu20.04" "$reg/driver:525.125.06-ubuntu22.04"
 wait_ready
 show kubectl nvdriver status demo-silver
+
+rollout_phase() { # wait for demo-silver's rollout to reach a phase
+  for _ in $(seq 1 120); do
+    [ "$(kubectl get nvidiadriver demo-silver -o jsonpath='{.status.rollout.phase}' 2>/dev/null)" = "$1" ] && return 0
+    sleep 0.5
+  done
+  echo "(rollout not $1 yet; kubectl nvdriver status demo-silver shows why)"
+}
+
+say "Rollout control: a one-node canary that waits for a person (spec.upgradePolicy.canary)"
+show kubectl patch nvidiadriver demo-silver --type=merge -p '{"spec":{"upgradePolicy":{"canary":{"nodes":1}}}}'
+show kubectl nvdriver upgrade demo-silver --to 580.95.05
+rollout_phase WaitingForPromotion
+show kubectl nvdriver status demo-silver
+show kubectl get nodes -l nvidia.com/gpu-operator.driver.owner=demo-silver -o custom-columns=NODE:.metadata.name,CORDONED:.spec.unschedulable,UPGRADE:'.metadata.labels.nvidia\.com/gpu-driver-upgrade-state'
+
+say "rollout resume promotes the canary; the other nodes follow within the budget"
+show kubectl nvdriver rollout resume demo-silver
+rollout_phase Complete
+show kubectl nvdriver rollout history demo-silver
+
+say "A driver that never becomes Ready (a kwok failure stage) fails its canary node: the rollout halts at the failure budget of 1"
+show kubectl patch nvidiadriver demo-silver --type=merge -p '{"spec":{"version":"470.141.10","annotations":{"nvdriver.test/fail":"never-ready"}}}'
+rollout_phase Halted
+show kubectl get nvidiadriver demo-silver -o jsonpath='{range .status.conditions[?(@.type=="RolloutHalted")]}{.type}={.status}: {.message}{"\n"}{end}'
+show kubectl nvdriver doctor demo-silver
+
+say "rollout undo: back to the last good revision, through the same machine (the failed node is retried on it)"
+show kubectl nvdriver rollout undo demo-silver
+rollout_phase Complete
+show kubectl nvdriver status demo-silver
+show kubectl nvdriver rollout history demo-silver
 
 say "doctor: plant a problem (a GPU node left cordoned) and let doctor find it"
 kubectl cordon gpu-node-5 >/dev/null

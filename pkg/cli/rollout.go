@@ -150,13 +150,26 @@ func (t waitTarget) judge(o observation) progress {
 	// is never "done".
 	ready := controllerCurrent && d.Status.State == v1alpha1.Ready
 
+	// Our controller's rollout: halted means no other node will start (the
+	// failures are final for this wait); a wait for a person is said.
+	halted, waits := false, ""
+	if r := d.Status.Rollout; r != nil && controllerCurrent {
+		if _, rev := upgrade.RevisionOf(&d.Spec); r.Revision == rev {
+			switch r.Phase {
+			case v1alpha1.RolloutHalted:
+				halted = true
+			case v1alpha1.RolloutWaiting, v1alpha1.RolloutBaking, v1alpha1.RolloutPaused:
+				waits = "; rollout " + r.Phase + ": " + r.Message
+			}
+		}
+	}
 	if len(t.nodes) > 0 {
 		return t.judgeNodes(o, p, states, inFlight, dsCurrent)
 	}
 	p.total, p.done = int(desired), int(updated)
-	p.line = fmt.Sprintf("%d/%d driver pods updated%s; %s", updated, desired, stateSummary(states), readyWord(ready && dsRolled))
+	p.line = fmt.Sprintf("%d/%d driver pods updated%s; %s%s", updated, desired, stateSummary(states), readyWord(ready && dsRolled), waits)
 	switch {
-	case len(p.failed) > 0 && inFlight == 0:
+	case len(p.failed) > 0 && (inFlight == 0 || halted):
 		p.end = endFailed
 	case t.alreadyThere && dsRolled && inFlight == 0 && ready:
 		p.end, p.note = endNothing, fmt.Sprintf("already at version %s, and every driver pod runs it", t.version)

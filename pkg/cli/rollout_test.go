@@ -72,6 +72,10 @@ func TestWaitJudge(t *testing.T) {
 			nodes: []metav1.PartialObjectMetadata{waitNode("n1", "pod-restart-required", false)}}, ""},
 		{"a failed node ends it once nothing is in flight", whole, observation{driver: ours(v1alpha1.NotReady, 5), daemonSets: []appsv1.DaemonSet{waitDS(newImg, 2, 1, 1, 2)},
 			nodes: []metav1.PartialObjectMetadata{waitNode("n1", plan.UpgradeFailed, false), waitNode("n2", plan.UpgradeDone, false)}}, endFailed},
+		{"a halted rollout ends it: no other node will start", whole, observation{driver: inRollout(ours(v1alpha1.NotReady, 5), v1alpha1.RolloutHalted), daemonSets: []appsv1.DaemonSet{waitDS(newImg, 3, 1, 2, 2)},
+			nodes: []metav1.PartialObjectMetadata{waitNode("n1", plan.UpgradeFailed, false), waitNode("n2", upgrade.StateRequired, false), waitNode("n3", plan.UpgradeDone, false)}}, endFailed},
+		{"a failure within the budget does not end it while nodes wait", whole, observation{driver: inRollout(ours(v1alpha1.NotReady, 5), v1alpha1.RolloutProgressing), daemonSets: []appsv1.DaemonSet{waitDS(newImg, 3, 1, 2, 2)},
+			nodes: []metav1.PartialObjectMetadata{waitNode("n1", plan.UpgradeFailed, false), waitNode("n2", upgrade.StateRequired, false)}}, ""},
 		{"never reconciled is never done", whole, observation{driver: nvidia("")}, ""},
 		{"autoUpgrade off: the DaemonSets carry the version, nodes wait", waitTarget{name: "d", version: "550.90.07"},
 			observation{driver: ours(v1alpha1.NotReady, 5), daemonSets: []appsv1.DaemonSet{waitDS(newImg, 2, 0, 2, 2)}}, endHeld},
@@ -112,4 +116,11 @@ func TestIsDowngrade(t *testing.T) {
 			t.Errorf("isDowngrade(%s, %s) = %v, want %v", tc.from, tc.to, got, tc.want)
 		}
 	}
+}
+
+// inRollout gives the driver a rollout of its current spec in phase.
+func inRollout(d *v1alpha1.NVIDIADriver, phase string) *v1alpha1.NVIDIADriver {
+	_, rev := upgrade.RevisionOf(&d.Spec)
+	d.Status.Rollout = &v1alpha1.RolloutStatus{Revision: rev, Phase: phase}
+	return d
 }

@@ -400,6 +400,16 @@ func onlyOwnerOrStateChanged(o, n map[string]string) bool {
 	return true
 }
 
+// specApplied passes updates where the driver reconciler's status caught up
+// with a new generation.
+func specApplied() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.NVIDIADriver)
+		n, ok2 := e.ObjectNew.(*v1alpha1.NVIDIADriver)
+		return ok1 && ok2 && o.Status.ObservedGeneration != n.Status.ObservedGeneration && n.Status.ObservedGeneration == n.Generation
+	}}
+}
+
 // deletionPredicate passes updates that start a deletion (finalizers hold the object).
 func deletionPredicate() predicate.Funcs {
 	return predicate.Funcs{
@@ -458,8 +468,10 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("upgrade").
-		// Annotations too: `rollout resume` is an annotation.
-		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// Annotations too (`rollout resume` is one), and the driver
+		// reconciler catching up with a spec: the rollout holds its nodes
+		// until then (trackRollout) and sets no timer.
+		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()))).
 		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
 		Watches(&corev1.Pod{}, ownerOfPod).
 		Watches(&appsv1.DaemonSet{}, driverOfDS).

@@ -111,6 +111,7 @@ var Checks = []Check{
 	{"driver-pods", checkPods},
 	{"untolerated-taints", checkTaints},
 	{"upgrades", checkUpgrades},
+	{"rollouts", checkRollouts},
 	{"cordoned-nodes", checkCordoned},
 }
 
@@ -333,6 +334,9 @@ func checkConditions(s *Snapshot, _ *plan.Plan) []Finding {
 		if r := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady); r != nil && r.Status == metav1.ConditionFalse {
 			if r.Reason == v1alpha1.ReasonImageMissing {
 				continue // the image-available check says which image and what to do
+			}
+			if rolloutWaits(&d) {
+				continue // the rollouts check says what it waits for
 			}
 			if held := heldByAutoUpgradeOff(s, &d); len(held) > 0 {
 				out = append(out, Finding{Severity: Warning, Objects: append(obj, nodeObjs(held)...),

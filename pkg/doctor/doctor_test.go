@@ -79,6 +79,23 @@ func TestDoctorJudgements(t *testing.T) {
 				Status: v1alpha1.NVIDIADriverStatus{State: v1alpha1.NotReady, Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Upgrading"}}}}},
 				Nodes: []corev1.Node{gpuNode("h-0", "d", "held", plan.LabelOwner, "held", plan.LabelUpgradeState, "upgrade-required")}},
 			check: "driver-conditions", want: []string{"autoUpgrade is false: 1 node(s) wait"}, sev: Warning},
+		{name: "a halted rollout is an error naming the node, and not also 'not ready'",
+			snap: Snapshot{Drivers: []v1alpha1.NVIDIADriver{rolloutDriver("h", v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutHalted, Message: "halted: 1 node(s) failed, failure budget 1 (n-1: pod not Ready)",
+				FailedNodes: []v1alpha1.FailedNode{{Node: "n-1", Reason: "pod not Ready"}}})}},
+			check: "rollouts", want: []string{"h: rollout halted: 1 node(s) failed"}, sev: Error},
+		{name: "the halted CR's not-ready condition is left to the rollouts check",
+			snap:  Snapshot{Drivers: []v1alpha1.NVIDIADriver{rolloutDriver("h", v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutHalted})}},
+			check: "driver-conditions"},
+		{name: "a canary waiting for a person says what resumes it",
+			snap: Snapshot{Drivers: []v1alpha1.NVIDIADriver{rolloutDriver("c", v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutWaiting, CanaryNodes: []string{"n-0"},
+				Message: "canary done on 1 node(s); `kubectl nvdriver rollout resume` upgrades the other 3"})}},
+			check: "rollouts", want: []string{"c: canary done on 1 node(s)"}, sev: Info},
+		{name: "a paused rollout",
+			snap:  Snapshot{Drivers: []v1alpha1.NVIDIADriver{rolloutDriver("p", v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutPaused, Done: 2, Total: 5})}},
+			check: "rollouts", want: []string{"p: rollout paused with 2 of 5 node(s) done"}, sev: Info},
+		{name: "a complete rollout is no finding",
+			snap:  Snapshot{Drivers: []v1alpha1.NVIDIADriver{rolloutDriver("ok", v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutComplete})}},
+			check: "rollouts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.snap.Now, tc.snap.CRDInstalled, tc.snap.Namespace = now, true, "gpu-operator"
@@ -132,4 +149,10 @@ func TestFixesAreCommands(t *testing.T) {
 			}
 		}
 	}
+}
+
+func rolloutDriver(name string, r v1alpha1.RolloutStatus) v1alpha1.NVIDIADriver {
+	return v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NVIDIADriverSpec{Version: "1.0"},
+		Status: v1alpha1.NVIDIADriverStatus{State: v1alpha1.NotReady, Rollout: &r,
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Upgrading", Message: "nodes upgrading"}}}}
 }

@@ -32,7 +32,8 @@ metadata: {name: pdb}
 spec:
   version: "470.141.10"
   nodeSelector: {pdb: "yes"}
-  upgradePolicy: {maxParallelUpgrades: %d, maxUnavailable: "100%%", podDeletion: {force: true, timeoutSeconds: 20}}
+  # failureBudget: the blocked node must not halt the others (the default halts at 1).
+  upgradePolicy: {maxParallelUpgrades: %d, maxUnavailable: "100%%", failureBudget: "100%%", podDeletion: {force: true, timeoutSeconds: 20}}
 `, parallel))
 	eventually(t, 2*time.Minute, "the drivers on the pd nodes", func() error { return allNodesIn(t, "pdb", total, upgrade.StateDone) })
 

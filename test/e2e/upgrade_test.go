@@ -268,24 +268,7 @@ spec:
 // A node whose new driver never becomes Ready ends upgrade-failed and stays
 // cordoned; the other nodes finish; upgrade --wait and doctor report it.
 func TestUpgradeFlakyNode(t *testing.T) {
-	applyStdin(t, `apiVersion: v1
-kind: Node
-metadata:
-  name: gpu-node-flaky
-  annotations: {kwok.x-k8s.io/node: fake}
-  labels:
-    type: kwok
-    kubernetes.io/hostname: gpu-node-flaky
-    feature.node.kubernetes.io/pci-10de.present: "true"
-    feature.node.kubernetes.io/system-os_release.ID: ubuntu
-    feature.node.kubernetes.io/system-os_release.VERSION_ID: "22.04"
-    feature.node.kubernetes.io/system-os_release.VERSION_ID.major: "22"
-    feature.node.kubernetes.io/kernel-version.full: 5.15.0-84-generic
-status:
-  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
-  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
-`)
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "node", "gpu-node-flaky", "--ignore-not-found") })
+	flakyNode(t)
 	labelNodes(t, "up", "flaky", "gpu-node-1", "gpu-node-3", "gpu-node-flaky")
 	deleteCRs(t, "up-flaky")
 	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
@@ -505,4 +488,28 @@ spec:
 	if code != 0 || !strings.Contains(out, "upgraded: gpu-node-1") {
 		t.Fatalf("second upgrade --nodes --wait: exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// flakyNode creates gpu-node-flaky, where the kwok stage flaky-node keeps
+// new driver pods from becoming Ready; deleted at the end.
+func flakyNode(t *testing.T) {
+	t.Helper()
+	applyStdin(t, `apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-node-flaky
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels:
+    type: kwok
+    kubernetes.io/hostname: gpu-node-flaky
+    feature.node.kubernetes.io/pci-10de.present: "true"
+    feature.node.kubernetes.io/system-os_release.ID: ubuntu
+    feature.node.kubernetes.io/system-os_release.VERSION_ID: "22.04"
+    feature.node.kubernetes.io/system-os_release.VERSION_ID.major: "22"
+    feature.node.kubernetes.io/kernel-version.full: 5.15.0-84-generic
+status:
+  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+`)
+	t.Cleanup(func() { _, _ = run("kubectl", "delete", "node", "gpu-node-flaky", "--ignore-not-found") })
 }

@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/cli"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+func getDriverE2E(t *testing.T, name string) *v1alpha1.NVIDIADriver {
+	t.Helper()
+	d := &v1alpha1.NVIDIADriver{}
+	if err := k8s.Get(context.Background(), clientKey(name), d); err != nil {
+		t.Fatalf("reading %s: %v", name, err)
+	}
+	return d
+}
+
+// rolloutPhase waits for the CR's rollout to be in phase on its current revision.
+func rolloutPhase(t *testing.T, name, phase string, timeout time.Duration) *v1alpha1.NVIDIADriver {
+	t.Helper()
+	var d *v1alpha1.NVIDIADriver
+	eventually(t, timeout, name+" rollout "+phase, func() error {
+		d = getDriverE2E(t, name)
+		r := d.Status.Rollout
+		if _, rev := upgrade.RevisionOf(&d.Spec); r == nil || r.Revision != rev || r.Phase != phase {
+			return fmt.Errorf("rollout %+v", r)
+		}
+		return nil
+	})
+	return d
+}
+
+// started: the node is in the machine past upgrade-required, or cordoned.
+func started(n *corev1.Node) bool {
+	return upgrade.InProgress(n.Labels[upgrade.LabelState]) || n.Labels[upgrade.LabelState] == upgrade.StateFailed || n.Spec.Unschedulable
+}
+
+// history reads `rollout history -o json`.
+func history(t *testing.T, name string) []cli.Revision {
+	t.Helper()
+	code, out, errOut := nvdriver(t, "rollout", "history", name, "-o", "json")
+	if code != 0 {
+		t.Fatalf("rollout history: exit %d\n%s%s", code, out, errOut)
+	}
+	var h struct{ Revisions []cli.Revision }
+	if err := json.Unmarshal([]byte(out), &h); err != nil {
+		t.Fatalf("rollout history -o json: %v\n%s", err, out)
+	}
+	return h.Revisions
+}
+
+// A 20-node rollout with a 2-node canary promoted by hand: no node outside
+// the canary starts before `rollout resume` (sampled every 100 ms, through a
+// controller killed while the canary is in flight, which keeps its canary);
+// `rollout pause` mid-wave lets the nodes in flight finish and leaves none
+// cordoned; resume finishes it and history records both revisions.
+func TestCanaryPauseResume(t *testing.T) {
+	const total = 20
+	faultNodes(t, "cw", "canary", total)
+	deleteCRs(t, "canary")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: canary}
+spec:
+  version: "470.141.10"
+  nodeSelector: {canary: "yes"}
+  upgradePolicy:
+    maxParallelUpgrades: 4
+    maxUnavailable: "100%"
+    canary: {nodes: 2}
+`)
+	eventually(t, 2*time.Minute, "the first driver on the cw nodes", func() error { return allNodesIn(t, "canary", total, upgrade.StateDone) })
+	eventually(t, 30*time.Second, "revision 1 recorded", func() error {
+		if h := history(t, "canary"); len(h) != 1 || h[0].Version != "470.141.10" || !h[0].Current || h[0].Nodes != total {
+			return fmt.Errorf("history %+v", h)
+		}
+		return nil
+	})
+
+	canaryNodes := []string{"cw-0", "cw-1"} // the first two in name order
+	outside := countNodes("canary", func(n *corev1.Node) bool { return !slices.Contains(canaryNodes, n.Name) && started(n) })
+	rolloutStart := time.Now()
+	kubectl(t, "patch", "nvidiadriver/canary", "--type=merge", `-p={"spec":{"version":"525.125.06"}}`)
+	eventually(t, time.Minute, "a canary node in flight", func() error {
+		d := getDriverE2E(t, "canary")
+		if r := d.Status.Rollout; r == nil || !reflect.DeepEqual(r.CanaryNodes, canaryNodes) || r.InFlight == 0 {
+			return fmt.Errorf("rollout %+v", r)
+		}
+		return nil
+	})
+	// Killed mid-wave, a new controller process goes on with the same canary.
+	stopController()
+	if err := startController(); err != nil {
+		t.Fatal(err)
+	}
+	d := rolloutPhase(t, "canary", v1alpha1.RolloutWaiting, 2*time.Minute)
+	canaryTook := time.Since(rolloutStart)
+	if !reflect.DeepEqual(d.Status.Rollout.CanaryNodes, canaryNodes) || d.Status.Rollout.Done != 2 {
+		t.Errorf("after the restart: canary %v, done %d; want %v, 2", d.Status.Rollout.CanaryNodes, d.Status.Rollout.Done, canaryNodes)
+	}
+	_, out, _ := nvdriver(t, "status", "canary")
+	if !strings.Contains(out, "rollout WaitingForPromotion: 2/20 node(s) done") || !strings.Contains(out, "rollout resume` upgrades the other 18") {
+		t.Errorf("status does not say the canary waits:\n%s", out)
+	}
+	// Still waiting a while later: nothing promotes it but a person.
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for windowEnd := time.Now().Add(3 * time.Second); time.Now().Before(windowEnd); <-tick.C {
+		if p := getDriverE2E(t, "canary").Status.Rollout.Phase; p != v1alpha1.RolloutWaiting {
+			t.Fatalf("the canary went on by itself: %s", p)
+		}
+	}
+	if worst, names := outside.finish(); worst != 0 {
+		t.Errorf("%d node(s) outside the canary started before resume: %v", worst, names)
+	}
+	events := kubectl(t, "get", "events", "-A", "--field-selector", "involvedObject.name=canary", "-o", "jsonpath={range .items[*]}{.reason} {.note}{.message}{\"\\n\"}{end}")
+	if !strings.Contains(events, controllerEventCanaryDone) {
+		t.Errorf("no %s event:\n%s", controllerEventCanaryDone, events)
+	}
+
+	code, out, errOut := nvdriver(t, "rollout", "resume", "canary")
+	if code != 0 || !strings.Contains(out, "resumed: canary promoted, the other 18 node(s) go on") {
+		t.Fatalf("rollout resume: exit %d\n%s%s", code, out, errOut)
+	}
+	// Paused mid-wave: the nodes in flight finish, no other starts, none stays cordoned.
+	eventually(t, time.Minute, "a node after the canary in flight", func() error {
+		if r := getDriverE2E(t, "canary").Status.Rollout; r == nil || r.Done < 2 || r.InFlight == 0 || r.Phase != v1alpha1.RolloutProgressing {
+			return fmt.Errorf("rollout %+v", r)
+		}
+		return nil
+	})
+	if code, out, errOut := nvdriver(t, "rollout", "pause", "canary"); code != 0 || !strings.Contains(out, "canary paused: no further node starts") {
+		t.Fatalf("rollout pause: exit %d\n%s%s", code, out, errOut)
+	}
+	eventually(t, time.Minute, "the nodes in flight finished, none cordoned", func() error {
+		nl := &corev1.NodeList{}
+		if err := k8s.List(context.Background(), nl, client.MatchingLabels{"canary": "yes"}); err != nil {
+			return err
+		}
+		for _, n := range nl.Items {
+			if started(&n) {
+				return fmt.Errorf("%s still %s (cordoned %v)", n.Name, n.Labels[upgrade.LabelState], n.Spec.Unschedulable)
+			}
+		}
+		return nil
+	})
+	d = rolloutPhase(t, "canary", v1alpha1.RolloutPaused, 30*time.Second)
+	left := d.Status.Rollout.Total - d.Status.Rollout.Done
+	if left == 0 {
+		t.Fatal("the rollout finished before the pause took: the test proves nothing")
+	}
+	paused := countNodes("canary", started)
+	// An observation window for the sampler (what it must not see is a node
+	// starting), not a synchronisation.
+	<-time.After(3 * time.Second)
+	if worst, names := paused.finish(); worst != 0 {
+		t.Errorf("%d node(s) started while paused: %v", worst, names)
+	}
+	if wide := kubectl(t, "get", "nvidiadriver", "canary", "-o", "wide"); !strings.Contains(wide, "Paused") || !strings.Contains(wide, "true") {
+		t.Errorf("kubectl get -o wide does not show it paused:\n%s", wide)
+	}
+	if _, out, _ := nvdriver(t, "status", "canary"); !strings.Contains(out, "rollout PAUSED") {
+		t.Errorf("status does not show PAUSED:\n%s", out)
+	}
+	t.Logf("paused with %d node(s) left", left)
+
+	if code, out, errOut := nvdriver(t, "rollout", "resume", "canary"); code != 0 || !strings.Contains(out, "unpaused") {
+		t.Fatalf("rollout resume: exit %d\n%s%s", code, out, errOut)
+	}
+	eventually(t, 3*time.Minute, "every node on 525.125.06", func() error { return rolledOnto(t, "canary", total, "cw", "525.125.06") })
+	rolloutPhase(t, "canary", v1alpha1.RolloutComplete, 30*time.Second)
+	t.Logf("canary of 2 done and waiting %s after the patch; all %d nodes %s after it", canaryTook.Round(100*time.Millisecond), total, time.Since(rolloutStart).Round(100*time.Millisecond))
+	h := history(t, "canary")
+	if len(h) != 2 || h[0].Version != "470.141.10" || h[1].Version != "525.125.06" || !h[1].Current || h[1].Revision != 2 {
+		t.Errorf("history %+v", h)
+	}
+}
+
+const controllerEventCanaryDone = "CanaryDone"
+
+// A node whose new driver never becomes Ready spends the default failure
+// budget of 1: the rollout halts (condition, Event, doctor) and no further
+// node starts; `rollout undo` puts the last good revision back through the
+// machine: the nodes that had upgraded go back, the failed node is retried
+// and recovers, and the nodes that never left the revision keep their pods.
+func TestHaltThenUndo(t *testing.T) {
+	before := faultNodes(t, "fa", "halt", 2) // fa-0, fa-1 upgrade before the flaky node
+	after := faultNodes(t, "hz", "halt", 2)  // hz-0, hz-1 come after it in name order
+	flakyNode(t)
+	labelNodes(t, "halt", "yes", "gpu-node-flaky")
+	deleteCRs(t, "halt")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: halt}
+spec:
+  version: "470.141.10"
+  nodeSelector: {halt: "yes"}
+  upgradePolicy: {maxParallelUpgrades: 1, maxUnavailable: "100%"}
+`)
+	const total = 5
+	eventually(t, 2*time.Minute, "the first driver on the halt nodes", func() error { return allNodesIn(t, "halt", total, upgrade.StateDone) })
+	eventually(t, 30*time.Second, "revision 1 recorded", func() error {
+		if h := history(t, "halt"); len(h) != 1 || !h[0].Current {
+			return fmt.Errorf("history %+v", h)
+		}
+		return nil
+	})
+	podsBefore := driverPodNames(t, after)
+
+	untouched := countNodes("halt", func(n *corev1.Node) bool { return strings.HasPrefix(n.Name, "hz-") && started(n) })
+	kubectl(t, "patch", "nvidiadriver/halt", "--type=merge", `-p={"spec":{"version":"525.125.06","annotations":{"nvdriver.test/fail":"flaky-node"}}}`)
+	d := rolloutPhase(t, "halt", v1alpha1.RolloutHalted, 2*time.Minute)
+	r := d.Status.Rollout
+	if len(r.FailedNodes) != 1 || r.FailedNodes[0].Node != "gpu-node-flaky" || !strings.Contains(r.FailedNodes[0].Reason, "did not become Ready") {
+		t.Errorf("failed nodes %+v", r.FailedNodes)
+	}
+	if c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionRolloutHalted); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "gpu-node-flaky") {
+		t.Errorf("RolloutHalted condition %+v", c)
+	}
+	for _, n := range before {
+		node := &corev1.Node{}
+		_ = k8s.Get(context.Background(), clientKey(n), node)
+		if node.Labels[upgrade.LabelState] != upgrade.StateDone {
+			t.Errorf("%s in %q: it upgraded before the failure", n, node.Labels[upgrade.LabelState])
+		}
+	}
+	events := kubectl(t, "get", "events", "-A", "--field-selector", "involvedObject.name=halt", "-o", "jsonpath={range .items[*]}{.reason} {.note}{.message}{\"\\n\"}{end}")
+	if !strings.Contains(events, "RolloutHalted") || !strings.Contains(events, "gpu-node-flaky") {
+		t.Errorf("no RolloutHalted event naming the node:\n%s", events)
+	}
+	code, out, _ := nvdriver(t, "doctor", "halt")
+	if code != cli.ExitFindings || !strings.Contains(out, "halted") || !strings.Contains(out, "rollout undo") {
+		t.Errorf("doctor does not explain the halt: exit %d\n%s", code, out)
+	}
+
+	// A server dry run changes nothing.
+	if code, out, errOut := nvdriver(t, "rollout", "undo", "halt", "--dry-run=server"); code != 0 || !strings.Contains(out, "rolled back to revision 1 (server dry run) (version 525.125.06 -> 470.141.10)") {
+		t.Fatalf("undo --dry-run=server: exit %d\n%s%s", code, out, errOut)
+	}
+	if v := getDriverE2E(t, "halt").Spec.Version; v != "525.125.06" {
+		t.Fatalf("a dry run changed the version to %s", v)
+	}
+	undoAt := time.Now()
+	if code, out, errOut := nvdriver(t, "rollout", "undo", "halt"); code != 0 || !strings.Contains(out, "rolled back to revision 1") {
+		t.Fatalf("undo: exit %d\n%s%s", code, out, errOut)
+	}
+	if d := getDriverE2E(t, "halt"); d.Spec.Annotations != nil {
+		t.Errorf("undo left annotations the revision did not have: %v", d.Spec.Annotations)
+	}
+	all := append(append(append([]string{}, before...), after...), "gpu-node-flaky")
+	eventually(t, 3*time.Minute, "every node back on 470.141.10", func() error {
+		if err := allNodesIn(t, "halt", total, upgrade.StateDone); err != nil {
+			return err
+		}
+		return podsRun(all, "470.141.10")
+	})
+	rolloutPhase(t, "halt", v1alpha1.RolloutComplete, 30*time.Second)
+	t.Logf("undo: every node back on the last good revision %s after it", time.Since(undoAt).Round(100*time.Millisecond))
+	if worst, names := untouched.finish(); worst != 0 {
+		t.Errorf("a node after the failure started: %v", names)
+	}
+	if got := driverPodNames(t, after); !reflect.DeepEqual(got, podsBefore) {
+		t.Errorf("the nodes that never left revision 1 had their driver pods restarted: %v -> %v", podsBefore, got)
+	}
+	if h := history(t, "halt"); len(h) != 1 || !h[0].Current || h[0].Version != "470.141.10" {
+		t.Errorf("history after the undo %+v", h)
+	}
+}
+
+// podsRun: every live driver pod on the nodes runs version.
+func podsRun(nodes []string, version string) error {
+	pods, err := listDriverPods()
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if slices.Contains(nodes, p.Spec.NodeName) && !strings.Contains(p.Spec.Containers[0].Image, version) {
+			return fmt.Errorf("%s on %s runs %s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image)
+		}
+	}
+	return nil
+}
+
+// driverPodNames maps each node to its driver pod's name.
+func driverPodNames(t *testing.T, nodes []string) map[string]string {
+	t.Helper()
+	pods, err := listDriverPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods {
+		if slices.Contains(nodes, p.Spec.NodeName) && p.DeletionTimestamp == nil {
+			out[p.Spec.NodeName] = p.Name
+		}
+	}
+	return out
+}
