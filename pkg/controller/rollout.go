@@ -37,13 +37,20 @@ var errStatusConflict = fmt.Errorf("status changed under the pass")
 // canary chosen is on the CR before a canary node moves, so a restarted
 // controller never chooses another.
 func (r *UpgradeReconciler) trackRollout(ctx context.Context, d *v1alpha1.NVIDIADriver, ps *pass, policy upgrade.Policy, now time.Time) (upgrade.Gate, error) {
+	if d.DeletionTimestamp != nil {
+		// Its nodes leave through the machine; there is no rollout to gate
+		// (and deleting bumps the generation the driver reconciler no longer
+		// reports).
+		return upgrade.Gate{}, nil
+	}
 	if d.Status.ObservedGeneration != d.Generation {
 		// The DaemonSets may not show the new spec yet: judging the rollout
 		// now could call it complete, or choose no canary. Hold every node
-		// about to start until the driver controller has applied it.
+		// about to start until the driver controller has applied it (moves
+		// are never held: see upgrade.Track).
 		g := upgrade.Gate{Held: map[string]string{}}
 		for _, in := range ps.inputs {
-			if in.State == upgrade.StateRequired {
+			if in.State == upgrade.StateRequired && in.MoveTo() == "" {
 				g.Held[in.Name] = "the new spec is not applied yet"
 			}
 		}

@@ -170,6 +170,11 @@ func trimPod(obj any) (any, error) {
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
 	}
+	// The one line of the spec kept: the driver's config digest, for a
+	// restart-only change (docs/design.md, "Rollouts").
+	if digest := render.PodConfigDigest(&p.Spec); digest != "" {
+		out.Spec.Containers = []corev1.Container{{Name: "digest", Env: []corev1.EnvVar{{Name: render.ConfigDigestEnv, Value: digest}}}}
+	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}

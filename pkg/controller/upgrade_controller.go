@@ -26,6 +26,7 @@ import (
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
@@ -215,7 +216,11 @@ func (r *UpgradeReconciler) needsPods(in upgrade.Node, policy upgrade.Policy) bo
 	case upgrade.StatePodDeletion, upgrade.StateDrain:
 		return true
 	case upgrade.StatePodRestart:
-		// Once the new driver pod runs, a GPU pod arriving changes nothing.
+		// Once the new driver pod runs, a GPU pod arriving changes nothing;
+		// on the restart-only path GPU pods stay by design.
+		if in.Annotations[upgrade.AnnotationRestartOnly] == "true" {
+			return false
+		}
 		return in.DriverPod == nil || !in.DriverPod.InSync
 	}
 	return false
@@ -331,6 +336,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		return nil, nil, err
 	}
 	gen := map[types.UID]string{}
+	digest := map[types.UID]string{}
 	hash := map[types.UID]string{}
 	foreign := map[types.UID]bool{}
 	for _, ds := range dss.Items {
@@ -338,6 +344,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		switch {
 		case ref != nil && ref.UID == d.UID:
 			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+			digest[ds.UID] = render.PodConfigDigest(&ds.Spec.Template.Spec)
 			if ds.Status.ObservedGeneration >= ds.Generation {
 				h, err := r.currentHash(ctx, ds.UID)
 				if err != nil {
@@ -390,7 +397,10 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		// that never left the template it returns to.
 		h := hash[ref.UID]
 		inSync := want != "" && (p.Labels[podTemplateGenerationLabel] == want || (h != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == h))
-		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync,
+		// Out of date but with the same config digest: a restart-only change.
+		pd := render.PodConfigDigest(&p.Spec)
+		restartOnly := !inSync && pd != "" && pd == digest[ref.UID]
+		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync, RestartOnly: restartOnly,
 			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil}
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 			dp.Restarts = max(dp.Restarts, cs.RestartCount)
@@ -547,13 +557,16 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 			// and the machine's state change together.
 		case upgrade.ActDeleteDriverPod:
 			// Last look before the driver goes: no GPU pod may have arrived since
-			// the decision (the node is cordoned, but a bind can race the cordon).
-			onNode, lerr := r.podsOnNode(ctx, node.Name)
-			if lerr != nil {
-				return false, lerr
-			}
-			if len(gpuPods(onNode)) > 0 {
-				return false, nil // the next pass sends the node back to pod-deletion-required
+			// the decision (the node is cordoned, but a bind can race the
+			// cordon). A restart-only change keeps its GPU pods by design.
+			if !dec.RestartOnly {
+				onNode, lerr := r.podsOnNode(ctx, node.Name)
+				if lerr != nil {
+					return false, lerr
+				}
+				if len(gpuPods(onNode)) > 0 {
+					return false, nil // the next pass sends the node back to pod-deletion-required
+				}
 			}
 			// The machine only asks for this when the pod is out of sync.
 			if driverPod != nil && driverPod.DeletionTimestamp == nil {

@@ -299,7 +299,7 @@ func managerContainer(d *v1alpha1.NVIDIADriver, opts Options, digest string, res
 		{Name: "DRAIN_TIMEOUT_SECONDS", Value: fmt.Sprintf("%ds", drain.TimeoutSecond)},
 		{Name: "DRAIN_DELETE_EMPTYDIR_DATA", Value: fmt.Sprint(drain.DeleteEmptyDir)},
 		fieldEnv("OPERATOR_NAMESPACE", "metadata.namespace"),
-		{Name: "DRIVER_CONFIG_DIGEST", Value: digest},
+		{Name: ConfigDigestEnv, Value: digest},
 	}
 	env = append(env, rdmaEnv(spec)...)
 	env = append(env, envVars(spec.Manager.Env)...)
@@ -328,7 +328,7 @@ func driverContainer(d *v1alpha1.NVIDIADriver, pool plan.Pool, digest string, re
 		{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"},
 		fieldEnv("NODE_NAME", "spec.nodeName"),
 		fieldEnv("NODE_IP", "status.hostIP"),
-		{Name: "DRIVER_CONFIG_DIGEST", Value: digest},
+		{Name: ConfigDigestEnv, Value: digest},
 	}
 	if kmt := string(spec.KernelModuleType); kmt != "" && kmt != "auto" {
 		env = append(env, corev1.EnvVar{Name: "KERNEL_MODULE_TYPE", Value: kmt})
@@ -450,6 +450,24 @@ func sidecar(name, image, policy, installer, probeCmd string, env []v1alpha1.Env
 			{Name: "dev-log", MountPath: "/dev/log", ReadOnly: true},
 		},
 	}
+}
+
+// ConfigDigestEnv is NVIDIA's name for the config digest in the driver
+// container (and k8s-driver-manager's): the same value means the same
+// install, and they skip the unload.
+const ConfigDigestEnv = "DRIVER_CONFIG_DIGEST"
+
+// PodConfigDigest is the config digest a driver pod (or template) runs with,
+// "" when it has none.
+func PodConfigDigest(spec *corev1.PodSpec) string {
+	for _, c := range spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == ConfigDigestEnv {
+				return e.Value
+			}
+		}
+	}
+	return ""
 }
 
 // ConfigDigest hashes the install-relevant parts of a pool's driver, as

@@ -52,9 +52,10 @@ type Gate struct {
 	Halted bool
 }
 
-// needsUpgrade: the node runs a driver pod that is not the current template.
+// needsUpgrade: the node runs a driver pod that is not the current template
+// (a node moving in or out is the admin's move, not this rollout's).
 func needsUpgrade(n Node) bool {
-	return !n.Skip && n.DriverPod != nil && !n.DriverPod.InSync
+	return !n.Skip && n.MoveTo() == "" && n.DriverPod != nil && !n.DriverPod.InSync
 }
 
 // doneOn: the node has finished on the current revision.
@@ -237,7 +238,10 @@ func Track(nodes []Node, p Policy, prev *v1alpha1.RolloutStatus, resumedAt strin
 	}
 
 	for _, n := range sorted {
-		if n.Skip || n.State != StateRequired {
+		// A move (assign, a node leaving, the CR deleted) is never held: it is
+		// an admin's act on where drivers run, not this spec's rollout, and a
+		// paused or halted CR must still let its nodes go.
+		if n.Skip || n.State != StateRequired || n.MoveTo() != "" {
 			continue
 		}
 		switch {

@@ -232,8 +232,10 @@ func TestTrack(t *testing.T) {
 			}},
 		{name: "skipped nodes are neither counted nor held", nodes: set(set(fleet(3), upgraded, "n00", "n01"), func(n *Node) { n.Skip = true }, "n02"),
 			policy: plain, phase: v1alpha1.RolloutComplete},
-		{name: "a node moving in is held like the CR's own while paused", nodes: set(fleet(2), func(n *Node) { n.Annotations[AnnotationMoveTo] = "this" }, "n01"),
-			policy: withRollout(func(up *v1alpha1.DriverUpgradePolicySpec) { up.Paused = true }), phase: v1alpha1.RolloutPaused, held: []string{"n00", "n01"}},
+		{name: "a move is never held: a paused CR still lets its nodes go (or come)", nodes: set(fleet(3), func(n *Node) { n.Annotations[AnnotationMoveTo] = MoveRelease }, "n01"),
+			policy: withRollout(func(up *v1alpha1.DriverUpgradePolicySpec) { up.Paused = true }), phase: v1alpha1.RolloutPaused, held: []string{"n00", "n02"}},
+		{name: "a moving node is not chosen as a canary", nodes: set(fleet(3), func(n *Node) { n.Annotations[AnnotationMoveTo] = "other" }, "n00"),
+			policy: withRollout(canary(intstr.FromInt32(1))), phase: v1alpha1.RolloutCanary, canary: []string{"n01"}, held: []string{"n02"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,9 @@ const (
 	// once the node is cordoned and emptied of GPU pods.
 	AnnotationMoveTo = "nvidia.com/gpu-driver-upgrade.move-to"
 	MoveRelease      = "-"
+	// AnnotationRestartOnly is ours: the node takes the restart-only path
+	// (no cordon, no eviction), set when it starts and cleared when done.
+	AnnotationRestartOnly = "nvidia.com/gpu-driver-upgrade.restart-only"
 	// AnnotationFailure is ours: why the node went upgrade-failed, kept on the
 	// node for doctor and status until it leaves that state.
 	AnnotationFailure = "nvidia.com/gpu-driver-upgrade.failure-reason"
@@ -61,7 +64,7 @@ const (
 // NodeAnnotations are every node annotation the machine writes: the node
 // cache keeps them, and a node leaving every driver has them removed.
 var NodeAnnotations = []string{AnnotationRequested, AnnotationInitialUnsched, AnnotationWaitStart,
-	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, AnnotationFailedRevision, "nvidia.com/gpu-driver-upgrade-enabled"}
+	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, AnnotationFailedRevision, AnnotationRestartOnly, "nvidia.com/gpu-driver-upgrade-enabled"}
 
 // maxFailureReason bounds the failure annotation (a reason can name many pods).
 const maxFailureReason = 1024
@@ -85,6 +88,10 @@ type DriverPod struct {
 	Ready    bool
 	Deleting bool
 	Restarts int32
+	// RestartOnly: the pod is not the current template but has its config
+	// digest (labels, annotations, tolerations, probes ... changed): NVIDIA's
+	// driver container skips the unload, so GPU jobs need not leave.
+	RestartOnly bool
 }
 
 // Node is one node of the CR with everything its transition depends on.
@@ -242,6 +249,9 @@ type Decision struct {
 	Annotations map[string]string
 	// Reason explains a failure (for the Event and the doctor).
 	Reason string
+	// RestartOnly: the node is on the restart-only path (its driver pod is
+	// replaced with GPU pods still running).
+	RestartOnly bool
 }
 
 // Changed reports whether the decision writes anything.
@@ -300,6 +310,12 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 					slots--
 				}
 				d.To = StateCordon
+				if restartOnly(n) {
+					// Same config digest: replace the pod in place, within
+					// the budget and validated, with no cordon or eviction.
+					d.To = StatePodRestart
+					d.Annotations[AnnotationRestartOnly] = "true"
+				}
 				if n.Annotations[AnnotationRequested] != "" {
 					d.Annotations[AnnotationRequested] = ""
 				}
@@ -314,6 +330,16 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 	}
 	return out
 }
+
+// restartOnly: the node may take the restart-only path. Not for a move (the
+// driver changes hands) nor a requested upgrade (an admin asked for the
+// whole machine).
+func restartOnly(n Node) bool {
+	return n.DriverPod != nil && n.DriverPod.RestartOnly && n.MoveTo() == "" && n.Annotations[AnnotationRequested] != "true"
+}
+
+// onRestartOnlyPath: the node started on the restart-only path.
+func onRestartOnlyPath(n Node) bool { return n.Annotations[AnnotationRestartOnly] == "true" }
 
 func startedAt(n Node, key string) (time.Time, bool) {
 	v := n.Annotations[key]
@@ -343,6 +369,11 @@ func clock(d *Decision, n Node, key string, now time.Time) time.Duration {
 // afterValidation is where a validated node goes: uncordon, unless it was
 // cordoned before the upgrade started (then it stays as the admin left it).
 func afterValidation(d *Decision, n Node) {
+	if onRestartOnlyPath(n) {
+		d.To = StateDone // never cordoned by us
+		d.Annotations[AnnotationRestartOnly] = ""
+		return
+	}
 	if n.Annotations[AnnotationInitialUnsched] == "true" {
 		d.To = StateDone
 		d.Annotations[AnnotationInitialUnsched] = ""
@@ -520,7 +551,19 @@ func evictionBlocker(n Node) string {
 // fromPodRestart: with the node empty, replace the driver pod (or hand the node to its new driver), then wait for the new pod to be Ready.
 func fromPodRestart(d *Decision, n Node, p Policy, now time.Time) {
 	pod := n.DriverPod
+	d.RestartOnly = onRestartOnlyPath(n)
 	switch {
+	case d.RestartOnly && pod != nil && !pod.InSync && !pod.RestartOnly:
+		// The spec changed again since, and now it is an install change:
+		// the node takes the whole machine.
+		d.To = StateCordon
+		d.Annotations[AnnotationRestartOnly] = ""
+	case d.RestartOnly && pod == nil:
+		// The old pod is gone; the DaemonSet controller is creating the new one.
+	case d.RestartOnly && !pod.InSync:
+		if !pod.Deleting {
+			d.Actions = append(d.Actions, ActDeleteDriverPod)
+		}
 	case n.MoveTo() != "" && n.GPUPods > 0:
 		d.To = StatePodDeletion
 	case n.MoveTo() != "":

@@ -25,6 +25,8 @@ var (
 	fresh   = &DriverPod{Name: "new", InSync: true, Ready: true}
 	booting = &DriverPod{Name: "new", InSync: true, Ready: false}
 	looping = &DriverPod{Name: "new", InSync: true, Ready: false, Restarts: 11}
+	// sameDigest: out of date, but only in what does not touch the install.
+	sameDigest = &DriverPod{Name: "old", InSync: false, Ready: true, RestartOnly: true}
 )
 
 // TestNext covers every state under every condition that moves it.
@@ -105,6 +107,21 @@ func TestNext(t *testing.T) {
 			Annotations: map[string]string{AnnotationFailure: "reason", AnnotationFailedRevision: defaults().Revision}}, defaults(), StateFailed, nil, nil, false},
 		{"required, but the spec came back to what the node runs -> done", Node{State: StateRequired, DriverPod: fresh,
 			Annotations: map[string]string{AnnotationInitialUnsched: "true"}}, defaults(), StateDone, nil, map[string]string{AnnotationInitialUnsched: ""}, false},
+		{"same config digest: straight to pod-restart, no cordon", Node{State: StateRequired, DriverPod: sameDigest}, defaults(), StatePodRestart, nil,
+			map[string]string{AnnotationRestartOnly: "true"}, false},
+		{"same digest but requested by an admin: the whole machine", Node{State: StateRequired, DriverPod: sameDigest,
+			Annotations: map[string]string{AnnotationRequested: "true"}}, defaults(), StateCordon, nil, map[string]string{AnnotationRequested: ""}, false},
+		{"same digest but moving: the whole machine", Node{State: StateRequired, DriverPod: sameDigest,
+			Annotations: map[string]string{AnnotationMoveTo: "gold"}}, defaults(), StateCordon, nil, nil, false},
+		{"restart-only, GPU pods running: the driver pod is replaced anyway", Node{State: StatePodRestart, DriverPod: sameDigest, GPUPods: 3,
+			Annotations: map[string]string{AnnotationRestartOnly: "true"}}, defaults(), StatePodRestart, []Action{ActDeleteDriverPod}, nil, false},
+		{"restart-only, old pod gone, GPU pods running: wait for the new one", Node{State: StatePodRestart, GPUPods: 3,
+			Annotations: map[string]string{AnnotationRestartOnly: "true"}}, defaults(), StatePodRestart, nil, nil, false},
+		{"restart-only, and the spec became an install change: the whole machine", Node{State: StatePodRestart, DriverPod: stale,
+			Annotations: map[string]string{AnnotationRestartOnly: "true"}}, defaults(), StateCordon, nil, map[string]string{AnnotationRestartOnly: ""}, false},
+		{"restart-only, validated: done, never uncordoned (never cordoned)", Node{State: StateValidation, DriverPod: fresh,
+			Annotations: map[string]string{AnnotationRestartOnly: "true", AnnotationValidationStart: ago(time.Second)}}, defaults(), StateDone, nil,
+			map[string]string{AnnotationRestartOnly: "", AnnotationValidationStart: ""}, false},
 		{"a node held by the rollout does not start", Node{State: StateRequired, DriverPod: stale, Held: "rollout paused"}, defaults(), StateRequired, nil, nil, false},
 		{"a cordoned node held by the rollout does not start either", Node{State: StateRequired, DriverPod: stale, Unschedulable: true, Held: "waiting for the canary"}, defaults(), StateRequired, nil, nil, false},
 		{"a failed node keeps its reason", Node{State: StateFailed, DriverPod: stale, Unschedulable: true,

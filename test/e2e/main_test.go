@@ -301,7 +301,12 @@ func installChartRBAC() error {
 func workloadNamespace(t *testing.T, ns string) {
 	t.Helper()
 	applyStdin(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns))
-	t.Cleanup(func() { _, _ = run("kubectl", "delete", "namespace", ns, "--wait=true", "--timeout=60s") })
+	t.Cleanup(func() {
+		// The pods first, without a grace period: kwok nodes run nothing to
+		// stop, and a graceful namespace deletion waited out its 60 s for them.
+		_, _ = run("kubectl", "-n", ns, "delete", "pods", "--all", "--grace-period=0", "--force", "--wait=false")
+		_, _ = run("kubectl", "delete", "namespace", ns, "--wait=true", "--timeout=60s")
+	})
 	if out, err := run("kubectl", "create", "serviceaccount", "default", "-n", ns); err != nil && !strings.Contains(out, "already exists") {
 		t.Fatalf("creating the ServiceAccount in %s: %v\n%s", ns, err, out)
 	}

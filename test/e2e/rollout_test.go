@@ -279,6 +279,14 @@ spec:
 	if h := history(t, "halt"); len(h) != 1 || !h[0].Current || h[0].Version != "470.141.10" {
 		t.Errorf("history after the undo %+v", h)
 	}
+	// A paused CR still lets its nodes go when it is deleted: a move is
+	// never held.
+	if code, out, errOut := nvdriver(t, "rollout", "pause", "halt"); code != 0 {
+		t.Fatalf("rollout pause: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, err := run("kubectl", "delete", "nvidiadriver", "halt", "--wait=true", "--timeout=60s"); err != nil {
+		t.Errorf("deleting the paused CR: %v\n%s", err, out)
+	}
 }
 
 // podsRun: every live driver pod on the nodes runs version.
@@ -309,4 +317,78 @@ func driverPodNames(t *testing.T, nodes []string) map[string]string {
 		}
 	}
 	return out
+}
+
+// A change that leaves the config digest alone (here the driver pods'
+// labels) restarts every driver pod within the budget, with no node cordoned
+// and every GPU job left running: NVIDIA's driver container skips the unload
+// when the digest matches, so there is nothing to protect the jobs from.
+func TestRestartOnlyChange(t *testing.T) {
+	const total = 4
+	nodes := faultNodes(t, "ro", "restartonly", total)
+	deleteCRs(t, "restart-only")
+	applyStdin(t, `apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata: {name: restart-only}
+spec:
+  version: "535.104.12"
+  nodeSelector: {restartonly: "yes"}
+  upgradePolicy: {maxParallelUpgrades: 2, maxUnavailable: "100%"}
+`)
+	eventually(t, 2*time.Minute, "the driver on the ro nodes", func() error { return allNodesIn(t, "restart-only", total, upgrade.StateDone) })
+	workloadNamespace(t, gpuNS)
+	var jobs strings.Builder
+	for _, n := range nodes {
+		fmt.Fprintf(&jobs, `---
+apiVersion: v1
+kind: Pod
+metadata: {name: job-%s, namespace: %s}
+spec:
+  nodeName: %s
+  automountServiceAccountToken: false
+  containers: [{name: cuda, image: nvcr.io/nvidia/cuda:12.4.0-base, resources: {limits: {nvidia.com/gpu: "1"}}}]
+`, n, gpuNS, n)
+	}
+	applyStdin(t, jobs.String())
+	jobUIDs := map[string]string{}
+	eventually(t, time.Minute, "the jobs running", func() error {
+		for _, n := range nodes {
+			p := &corev1.Pod{}
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: gpuNS, Name: "job-" + n}, p); err != nil || p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("job-%s not running (%v)", n, err)
+			}
+			jobUIDs[n] = string(p.UID)
+		}
+		return nil
+	})
+	before := driverPodNames(t, nodes)
+	cordons := countNodes("restartonly", cordoned)
+	start := time.Now()
+	kubectl(t, "patch", "nvidiadriver/restart-only", "--type=merge", `-p={"spec":{"labels":{"team":"ml"}}}`)
+	eventually(t, 2*time.Minute, "every driver pod replaced and every node done", func() error {
+		now := driverPodNames(t, nodes)
+		for _, n := range nodes {
+			if now[n] == "" || now[n] == before[n] {
+				return fmt.Errorf("%s still runs %s", n, before[n])
+			}
+		}
+		return allNodesIn(t, "restart-only", total, upgrade.StateDone)
+	})
+	rolloutPhase(t, "restart-only", v1alpha1.RolloutComplete, 30*time.Second)
+	took := time.Since(start)
+	if worst, names := cordons.finish(); worst != 0 {
+		t.Errorf("a restart-only change cordoned %v", names)
+	}
+	for _, n := range nodes {
+		p := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: gpuNS, Name: "job-" + n}, p); err != nil || string(p.UID) != jobUIDs[n] || p.DeletionTimestamp != nil {
+			t.Errorf("the GPU job on %s was evicted or replaced (%v)", n, err)
+		}
+		node := &corev1.Node{}
+		_ = k8s.Get(context.Background(), clientKey(n), node)
+		if _, ok := node.Annotations[upgrade.AnnotationRestartOnly]; ok {
+			t.Errorf("%s kept the restart-only annotation", n)
+		}
+	}
+	t.Logf("labels-only change: %d driver pods replaced in %s, no node cordoned, %d GPU jobs kept", total, took.Round(100*time.Millisecond), total)
 }
