@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -65,6 +66,7 @@ func restMapper() meta.RESTMapper {
 	add(appsv1.SchemeGroupVersion.WithKind("DaemonSet"), "daemonsets", meta.RESTScopeNamespace)
 	add(appsv1.SchemeGroupVersion.WithKind("Deployment"), "deployments", meta.RESTScopeNamespace)
 	add(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), "controllerrevisions", meta.RESTScopeNamespace)
+	add(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), "poddisruptionbudgets", meta.RESTScopeNamespace)
 	add(coordinationv1.SchemeGroupVersion.WithKind("Lease"), "leases", meta.RESTScopeNamespace)
 	add(v1alpha1.GroupVersion.WithKind("NVIDIADriver"), "nvidiadrivers", meta.RESTScopeRoot)
 	add(apiextv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"), "customresourcedefinitions", meta.RESTScopeRoot)

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,9 @@ type DoctorOptions struct {
 	Streams streams
 	NoColor *bool
 	Name    string
-	Output  string
+	// NodeName is set by `doctor node/NAME`: explain one node.
+	NodeName string
+	Output   string
 	// CheckImages asks the registries whether each pool's images exist.
 	CheckImages bool
 }
@@ -40,7 +43,7 @@ type DoctorOptions struct {
 func NewCmdDoctor(flags *genericclioptions.ConfigFlags, s streams, noColor *bool) *cobra.Command {
 	o := &DoctorOptions{Flags: flags, Streams: s, NoColor: noColor, Output: "table", CheckImages: true}
 	cmd := &cobra.Command{
-		Use:   "doctor [NAME]",
+		Use:   "doctor [NAME | node/NODE]",
 		Short: "Find what keeps GPU drivers from running, and say how to fix it",
 		Long: `Doctor automates the troubleshooting of NVIDIADrivers: CRD and controller (the nvdriver
 controller or NVIDIA's GPU Operator) present and running, errors in the controller's
@@ -52,15 +55,28 @@ images missing from their registry (asked from this machine with your docker cre
 and the CRs' pull Secrets; --check-images=false uses only what the controller reported).
 Each finding names the objects involved and a command that fixes it. It only reads.
 
+With node/NODE it explains one node end to end: the NVIDIADriver that selects it (or why
+none does), its pool and driver pod, its upgrade state and for how long, who cordoned it,
+what it waits for, which pod blocks it and why (a PodDisruptionBudget allowing no
+eviction, a pod the upgrade policy may not remove, a job still running), and the command
+that unblocks it.
+
 Exit status: 0 no error found, 3 at least one finding of severity error, 1 a failure.`,
 		Example: `  kubectl nvdriver doctor
   kubectl nvdriver doctor demo-gold
+  kubectl nvdriver doctor node/gpu-node-3
   kubectl nvdriver doctor -o json | jq '.findings[] | select(.severity=="error")'`,
 		Args:              maxArgs(1, "NAME"),
 		ValidArgsFunction: completeDrivers(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				o.Name = args[0]
+				if node, ok := strings.CutPrefix(o.Name, "node/"); ok {
+					o.Name, o.NodeName = "", node
+					if node == "" {
+						return asUsage(usageErrorf("doctor node/NODE: give the node's name"))
+					}
+				}
 			}
 			if err := oneOf("--output", o.Output, "table", "json"); err != nil {
 				return asUsage(err)
@@ -93,6 +109,9 @@ func (o *DoctorOptions) Run(ctx context.Context) error {
 			return fmt.Errorf("NVIDIADriver %q not found", o.Name)
 		}
 	}
+	if o.NodeName != "" {
+		return o.explainNode(ctx, c, snap)
+	}
 	if cs, err := kubernetes.NewForConfig(cfg); err == nil {
 		readControllerLogs(ctx, cs, snap)
 	}
@@ -108,6 +127,37 @@ func (o *DoctorOptions) Run(ctx context.Context) error {
 		snap.ImagePlan = &p
 	}
 	report := doctor.Run(snap)
+	if o.Output == "json" {
+		if err := output.JSON(o.Streams.Out, report); err != nil {
+			return err
+		}
+	} else if err := printFindings(o.Streams.Out, report, output.NewStyles(o.Streams.Out, *o.NoColor)); err != nil {
+		return err
+	}
+	if report.Summary[doctor.Error] > 0 {
+		return &FindingsError{Msg: "errors found"}
+	}
+	return nil
+}
+
+// explainNode is `doctor node/NAME`: the snapshot plus the pods on the node
+// (one LIST by field selector) and the PodDisruptionBudgets.
+func (o *DoctorOptions) explainNode(ctx context.Context, c client.Client, snap *doctor.Snapshot) error {
+	var in doctor.NodeInputs
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", o.NodeName)}); err != nil {
+		return fmt.Errorf("listing the pods on %s: %w", o.NodeName, err)
+	}
+	in.Pods = pods.Items
+	pdbs := &policyv1.PodDisruptionBudgetList{}
+	if err := c.List(ctx, pdbs); err != nil {
+		if !apierrors.IsForbidden(err) {
+			return fmt.Errorf("listing PodDisruptionBudgets: %w", err)
+		}
+		in.PDBsForbidden = forbiddenText(err)
+	}
+	in.PDBs = pdbs.Items
+	report := doctor.ExplainNode(snap, o.NodeName, in)
 	if o.Output == "json" {
 		if err := output.JSON(o.Streams.Out, report); err != nil {
 			return err

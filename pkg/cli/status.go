@@ -47,6 +47,8 @@ type DriverStatus struct {
 	// status.rollout (absent with NVIDIA's operator).
 	Paused  bool                    `json:"paused,omitempty"`
 	Rollout *v1alpha1.RolloutStatus `json:"rollout,omitempty"`
+	// Nodes is filled with --nodes.
+	Nodes []NodeView `json:"nodes,omitempty"`
 }
 
 // PoolStatus is one driver DaemonSet with its live counts.
@@ -70,6 +72,8 @@ type StatusOptions struct {
 	Name    string
 	Output  string
 	Watch   bool
+	// Nodes adds one row per node (status --nodes).
+	Nodes bool
 	// watchLost is set while -w's informers cannot reach the API server.
 	watchLost atomic.Bool
 }
@@ -83,9 +87,14 @@ func NewCmdStatus(flags *genericclioptions.ConfigFlags, s streams, noColor *bool
 		Long: `Status reads the NVIDIADrivers, their driver DaemonSets and the nodes' upgrade states and
 shows per driver: state, type, version, one row per pool with the DaemonSet's desired,
 ready, updated and available pods, the nodes per upgrade state, and the message of a
-failing condition. It works with the nvdriver controller and with NVIDIA's GPU Operator.`,
+failing condition. It works with the nvdriver controller and with NVIDIA's GPU Operator.
+
+With --nodes it adds one row per node: its pool, the image its driver pod runs and the
+pod's age, its upgrade state and for how long, who cordoned it (nvdriver or an admin),
+and what it waits for (a canary, a pause, a halt, a job, a pod that is not Ready).`,
 		Example: `  kubectl nvdriver status
   kubectl nvdriver status demo-gold -o wide
+  kubectl nvdriver status demo-gold --nodes
   kubectl nvdriver status -w`,
 		Args:              maxArgs(1, "NAME"),
 		ValidArgsFunction: completeDrivers(flags),
@@ -101,6 +110,7 @@ failing condition. It works with the nvdriver controller and with NVIDIA's GPU O
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "output format: table, wide, json or yaml")
 	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "redraw whenever a driver, DaemonSet or node changes")
+	cmd.Flags().BoolVar(&o.Nodes, "nodes", false, "one row per node: pool, image, pod age, upgrade state and time in it, who cordoned it, what it waits for")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion("table", "wide", "json", "yaml"))
 	return cmd
 }
@@ -117,7 +127,7 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 		return err
 	}
 	if !o.Watch {
-		report, err := readStatus(ctx, c, o.Name, namespaceFlag(o.Flags))
+		report, err := o.read(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -145,8 +155,9 @@ func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache
 	// lists and watches by themselves, and tell no one.
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(o.observeAPI)
+	// With --nodes, the driver pods too (by their label, as the DaemonSets).
 	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, Mapper: restMapper(),
-		ByObject: map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts}})
+		ByObject: map[client.Object]cache.ByObject{&appsv1.DaemonSet{}: dsOpts, &corev1.Pod{}: dsOpts}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -162,7 +173,11 @@ func (o *StatusOptions) watchCache(ctx context.Context, cfg *rest.Config) (cache
 		UpdateFunc: func(any, any) { notify() },
 		DeleteFunc: func(any) { notify() },
 	}
-	for _, obj := range []client.Object{&v1alpha1.NVIDIADriver{}, &appsv1.DaemonSet{}, nodeMeta} {
+	watched := []client.Object{&v1alpha1.NVIDIADriver{}, &appsv1.DaemonSet{}, nodeMeta}
+	if o.Nodes {
+		watched = append(watched, &corev1.Node{}, &corev1.Pod{})
+	}
+	for _, obj := range watched {
 		inf, err := informers.GetInformer(ctx, obj)
 		if err != nil {
 			return nil, nil, fmt.Errorf("watching: %w", err)
@@ -231,7 +246,7 @@ func (o *StatusOptions) watch(ctx context.Context, cfg *rest.Config) error {
 			}
 		case <-timer.C:
 			pending = false
-			report, err := readStatus(ctx, informers, o.Name, namespaceFlag(o.Flags))
+			report, err := o.read(ctx, informers)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -266,7 +281,10 @@ func (o *StatusOptions) print(w io.Writer, r *StatusReport) error {
 		return output.YAML(w, r)
 	}
 	// Colour follows the real output stream, not the frame buffer.
-	return PrintStatusTable(w, r, o.Output == "wide", output.NewStyles(o.Streams.Out, *o.NoColor))
+	if err := PrintStatusTable(w, r, o.Output == "wide", output.NewStyles(o.Streams.Out, *o.NoColor)); err != nil {
+		return err
+	}
+	return printNodeTables(w, r)
 }
 
 // readStatus builds the report from one LIST each of drivers, driver
@@ -277,6 +295,19 @@ func readStatus(ctx context.Context, c client.Reader, name, namespace string) (*
 		return nil, err
 	}
 	return buildStatus(in, name)
+}
+
+// read is readStatus, with the nodes when asked.
+func (o *StatusOptions) read(ctx context.Context, c client.Reader) (*StatusReport, error) {
+	in, err := readInputs(ctx, c, namespaceFlag(o.Flags))
+	if err != nil {
+		return nil, err
+	}
+	r, err := buildStatus(in, o.Name)
+	if err != nil || !o.Nodes {
+		return r, err
+	}
+	return r, readNodeViews(ctx, c, r, in.drivers, namespaceFlag(o.Flags), time.Now())
 }
 
 func buildStatus(in *inputs, name string) (*StatusReport, error) {

@@ -103,13 +103,8 @@ func (r *UpgradeReconciler) plannedRemoval(ctx context.Context, node, state stri
 
 // refusal says why the helper kept a pod, as the field that would allow it.
 func refusal(p *corev1.Pod, rm upgrade.Removal, field string) string {
-	for _, v := range p.Spec.Volumes {
-		if v.EmptyDir != nil && !rm.DeleteEmptyDir {
-			return "it has an emptyDir volume whose data would be lost: set spec.upgradePolicy." + field + ".deleteEmptyDir: true to allow"
-		}
-	}
-	if metav1.GetControllerOf(p) == nil && !rm.Force {
-		return "no controller would recreate it: set spec.upgradePolicy." + field + ".force: true to allow"
+	if why := upgrade.Refusal(p, rm, field); why != "" {
+		return why
 	}
 	return "refused by the drain rules"
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"golang.org/x/sync/errgroup"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -455,18 +454,7 @@ func gpuPods(pods []corev1.Pod) []corev1.Pod {
 	return out
 }
 
-func usesGPU(p *corev1.Pod) bool {
-	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
-		for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-			for name := range list {
-				if strings.HasPrefix(string(name), "nvidia.com/gpu") || strings.HasPrefix(string(name), "nvidia.com/mig-") {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
+func usesGPU(p *corev1.Pod) bool { return upgrade.UsesGPU(p) }
 
 func countMatching(pods []corev1.Pod, selector string) int {
 	sel, err := labels.Parse(selector)

@@ -51,6 +51,9 @@ const (
 	// once the node is cordoned and emptied of GPU pods.
 	AnnotationMoveTo = "nvidia.com/gpu-driver-upgrade.move-to"
 	MoveRelease      = "-"
+	// AnnotationStateSince is ours: when the node entered its upgrade state
+	// (Unix seconds), for status --nodes and doctor node/NAME.
+	AnnotationStateSince = "nvidia.com/gpu-driver-upgrade.state-since"
 	// AnnotationRestartOnly is ours: the node takes the restart-only path
 	// (no cordon, no eviction), set when it starts and cleared when done.
 	AnnotationRestartOnly = "nvidia.com/gpu-driver-upgrade.restart-only"
@@ -64,7 +67,7 @@ const (
 // NodeAnnotations are every node annotation the machine writes: the node
 // cache keeps them, and a node leaving every driver has them removed.
 var NodeAnnotations = []string{AnnotationRequested, AnnotationInitialUnsched, AnnotationWaitStart,
-	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, AnnotationFailedRevision, AnnotationRestartOnly, "nvidia.com/gpu-driver-upgrade-enabled"}
+	AnnotationValidationStart, AnnotationDeletionStart, AnnotationMoveTo, AnnotationFailure, AnnotationFailedRevision, AnnotationRestartOnly, AnnotationStateSince, "nvidia.com/gpu-driver-upgrade-enabled"}
 
 // maxFailureReason bounds the failure annotation (a reason can name many pods).
 const maxFailureReason = 1024
@@ -327,6 +330,15 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 		next(&d, n, p, now)
 		clearFailure(&d, n)
 		out = append(out, d)
+	}
+	for i := range out {
+		// Written with the state, in the same patch: no request of its own.
+		if d := &out[i]; d.From != d.To {
+			d.Annotations[AnnotationStateSince] = stamp(now)
+			if d.To == StateUnknown {
+				d.Annotations[AnnotationStateSince] = ""
+			}
+		}
 	}
 	return out
 }

@@ -145,6 +145,12 @@ func TestNext(t *testing.T) {
 			if want == nil {
 				want = map[string]string{}
 			}
+			if d.From != d.To {
+				want[AnnotationStateSince] = strconv.FormatInt(now.Unix(), 10)
+				if d.To == StateUnknown {
+					want[AnnotationStateSince] = ""
+				}
+			}
 			if tc.failed {
 				// The reason stays on the node until it leaves upgrade-failed.
 				want[AnnotationFailure] = d.Reason
