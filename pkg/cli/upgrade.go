@@ -59,6 +59,12 @@ are up to date (with autoUpgrade: false, until the DaemonSets carry the new vers
 nodes then roll only when requested). It works with the nvdriver controller and with
 NVIDIA's GPU Operator.
 
+With --dry-run and --to it also prints what the change would do: per pool whether it is
+disruptive (the driver's install changes: cordon, evict, restart, validate) or
+restart-only, and per node the GPU pods that would be evicted and what would hold the
+node (a PodDisruptionBudget allowing no disruption now, a pod the policy may not remove,
+a job waitForCompletion waits for).
+
 With --to it first asks the registry, from this machine, whether the new version's image
 exists for each pool (--check-images=false skips this): a missing image is a warning (the
 controller holds that pool until the image exists), and with --dry-run exit status 3.
@@ -160,6 +166,14 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 				return err
 			}
 			versionChanged = true
+			if o.DryRun != "none" {
+				// What the change would do, node by node, before it is made.
+				to := d.DeepCopy()
+				to.Spec.Version = o.To
+				if err := whatIf(ctx, c, o.Streams.Out, namespaceFlag(o.Flags), d, to); err != nil {
+					return err
+				}
+			}
 			if err := o.checkImages(ctx, c, d); err != nil {
 				return err
 			}

@@ -361,6 +361,21 @@ spec:
 		}
 		return nil
 	})
+	// What a version change would do, before it is made: disruptive, and
+	// the bare jobs (no controller, podDeletion.force false) would hold it.
+	code, out, errOut := nvdriver(t, "upgrade", "restart-only", "--to", "550.90.07", "--dry-run=server")
+	if code != 0 || !strings.Contains(out, "disruptive, 4 node(s)") {
+		t.Fatalf("upgrade --dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, n := range nodes {
+		want := fmt.Sprintf("%s/job-%s may not be removed: no controller would recreate it", gpuNS, n)
+		if !strings.Contains(out, want) {
+			t.Errorf("upgrade --dry-run does not say %q:\n%s", want, out)
+		}
+	}
+	if v := getDriverE2E(t, "restart-only").Spec.Version; v != "535.104.12" {
+		t.Fatalf("the dry run changed the version to %s", v)
+	}
 	before := driverPodNames(t, nodes)
 	cordons := countNodes("restartonly", cordoned)
 	start := time.Now()
