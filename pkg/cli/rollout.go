@@ -57,6 +57,9 @@ type progress struct {
 	line    string
 	note    string
 	version string
+	// reasons are the failed nodes' reasons (the node annotation), for the
+	// failures said as they happen.
+	reasons map[string]string
 }
 
 func readObservation(ctx context.Context, c client.Client, name, namespace string, only []string) (observation, error) {
@@ -97,9 +100,10 @@ func readObservation(ctx context.Context, c client.Client, name, namespace strin
 
 // judge decides whether what was asked is done, failed or still going on.
 func (t waitTarget) judge(o observation) progress {
-	p := progress{version: t.version}
+	p := progress{version: t.version, reasons: map[string]string{}}
 	states := map[string]int{}
 	inFlight := 0
+	var moving []string // in the machine past upgrade-required, with their state
 	considered := map[string]bool{}
 	for _, n := range t.nodes {
 		considered[n] = true
@@ -115,8 +119,12 @@ func (t waitTarget) judge(o observation) progress {
 		switch {
 		case st == plan.UpgradeFailed:
 			p.failed = append(p.failed, n.Name)
+			p.reasons[n.Name] = n.Annotations[upgrade.AnnotationFailure]
 		case st != "" && st != plan.UpgradeDone:
 			inFlight++
+			if upgrade.InProgress(st) {
+				moving = append(moving, n.Name+"("+st+")")
+			}
 		}
 	}
 	sort.Strings(p.failed)
@@ -167,7 +175,7 @@ func (t waitTarget) judge(o observation) progress {
 		return t.judgeNodes(o, p, states, inFlight, dsCurrent)
 	}
 	p.total, p.done = int(desired), int(updated)
-	p.line = fmt.Sprintf("%d/%d driver pods updated%s; %s%s", updated, desired, stateSummary(states), readyWord(ready && dsRolled), waits)
+	p.line = fmt.Sprintf("%s%d/%d driver pods updated%s; %s%s%s", wave(d), updated, desired, stateSummary(states), readyWord(ready && dsRolled), inFlightNames(moving), waits)
 	switch {
 	case len(p.failed) > 0 && (inFlight == 0 || halted):
 		p.end = endFailed
@@ -220,6 +228,29 @@ func (t waitTarget) judgeNodes(o observation, p progress, states map[string]int,
 		p.end, p.note = endDone, fmt.Sprintf("%s run(s) the current driver", strings.Join(t.nodes, ", "))
 	}
 	return p
+}
+
+// wave names the canary wave while it runs ("" otherwise).
+func wave(d *v1alpha1.NVIDIADriver) string {
+	r := d.Status.Rollout
+	if r == nil || len(r.CanaryNodes) == 0 || r.Promoted || r.Phase == v1alpha1.RolloutComplete {
+		return ""
+	}
+	return fmt.Sprintf("canary wave (%s): ", strings.Join(r.CanaryNodes, ", "))
+}
+
+// inFlightNames lists the nodes in the machine with their states (at most 5).
+func inFlightNames(moving []string) string {
+	if len(moving) == 0 {
+		return ""
+	}
+	sort.Strings(moving)
+	more := ""
+	if len(moving) > 5 {
+		more = fmt.Sprintf(" and %d more", len(moving)-5)
+		moving = moving[:5]
+	}
+	return "; in flight: " + strings.Join(moving, ", ") + more
 }
 
 func imageHasVersion(image, version string) bool {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -123,4 +124,25 @@ func inRollout(d *v1alpha1.NVIDIADriver, phase string) *v1alpha1.NVIDIADriver {
 	_, rev := upgrade.RevisionOf(&d.Spec)
 	d.Status.Rollout = &v1alpha1.RolloutStatus{Revision: rev, Phase: phase}
 	return d
+}
+
+// The progress line names the canary wave and the nodes in flight, and a
+// failed node's reason is at hand for the line said when it fails.
+func TestWaitProgressLine(t *testing.T) {
+	d := inRollout(&v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "d", UID: "u", Generation: 5},
+		Status: v1alpha1.NVIDIADriverStatus{State: v1alpha1.NotReady, ObservedGeneration: 5}}, v1alpha1.RolloutCanary)
+	d.Status.Rollout.CanaryNodes = []string{"n1"}
+	failed := waitNode("n2", plan.UpgradeFailed, false)
+	failed.Annotations[upgrade.AnnotationFailure] = "the new driver pod did not become Ready"
+	p := waitTarget{name: "d", version: "550.90.07", autoUpgrade: true}.judge(observation{driver: d,
+		daemonSets: []appsv1.DaemonSet{waitDS("nvcr.io/nvidia/driver:550.90.07-ubuntu22.04", 3, 0, 2, 2)},
+		nodes:      []metav1.PartialObjectMetadata{waitNode("n1", upgrade.StatePodRestart, false), failed, waitNode("n3", upgrade.StateRequired, false)}})
+	for _, want := range []string{"canary wave (n1): ", "in flight: n1(pod-restart-required)"} {
+		if !strings.Contains(p.line, want) {
+			t.Errorf("line %q lacks %q", p.line, want)
+		}
+	}
+	if p.reasons["n2"] != "the new driver pod did not become Ready" {
+		t.Errorf("reasons %v", p.reasons)
+	}
 }

@@ -303,6 +303,7 @@ func (o *UpgradeOptions) wait(interrupted context.Context, c client.Client, t wa
 	last := ""
 	lost := false
 	heldMsg := ""
+	told := map[string]bool{} // failed nodes already said
 	var result error
 	err := wait.PollUntilContextTimeout(interrupted, o.Interval, o.Timeout, true, func(ctx context.Context) (bool, error) {
 		obs, err := readObservation(ctx, c, o.Name, namespaceFlag(o.Flags), t.nodes)
@@ -331,6 +332,17 @@ func (o *UpgradeOptions) wait(interrupted context.Context, c client.Client, t wa
 		}
 		heldMsg = o.sayHeld(&obs, heldMsg, tty)
 		p := t.judge(obs)
+		// Failures as they happen, each once, with the node's reason.
+		for _, n := range p.failed {
+			if told[n] {
+				continue
+			}
+			told[n] = true
+			if tty {
+				fmt.Fprint(o.Streams.Out, "\r\033[K")
+			}
+			fmt.Fprintf(o.Streams.ErrOut, "%s\n", st.Bad(fmt.Sprintf("node %s failed: %s", n, dash(p.reasons[n]))))
+		}
 		line := progressLine(p, tty, st)
 		if tty {
 			fmt.Fprintf(o.Streams.Out, "\r\033[K%s", line)
@@ -383,7 +395,7 @@ func (o *UpgradeOptions) finish(p progress, took time.Duration) error {
 	took = took.Round(time.Second)
 	switch p.end {
 	case endFailed:
-		fmt.Fprintf(o.Streams.ErrOut, "%d node(s) ended upgrade-failed (%s): see kubectl nvdriver doctor %s\n", len(p.failed), strings.Join(p.failed, ", "), o.Name)
+		fmt.Fprintf(o.Streams.ErrOut, "%d node(s) ended upgrade-failed (%s) after %s: see kubectl nvdriver doctor %s\n", len(p.failed), strings.Join(p.failed, ", "), took, o.Name)
 		return &FindingsError{Msg: "upgrade failed"}
 	case endNothing:
 		fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s: nothing to do: %s\n", o.Name, p.note)
