@@ -120,6 +120,7 @@ func (o *PreviewOptions) Run(ctx context.Context) error {
 			}
 		}
 	}
+	markChanges(&p, in, fromFiles, added)
 	if len(o.Names) > 0 {
 		if err := filterPlan(&p, o.Names); err != nil {
 			return err
@@ -133,6 +134,34 @@ func (o *PreviewOptions) Run(ctx context.Context) error {
 		return err
 	}
 	return previewFindings(p.HasConflicts(), missing)
+}
+
+// markChanges says, for each pool of a CR given in a file that exists in
+// the cluster, whether the change is disruptive or restart-only (the same
+// config digest rule as the controller's).
+func markChanges(p *plan.Plan, in *inputs, files []v1alpha1.NVIDIADriver, added map[string]bool) {
+	stored := map[string]*v1alpha1.NVIDIADriver{}
+	for i := range in.drivers {
+		stored[in.drivers[i].Name] = &in.drivers[i]
+	}
+	for i := range files {
+		f := &files[i]
+		from, ok := stored[f.Name]
+		if !ok || added[f.Name] {
+			continue
+		}
+		d := p.DriverByName(f.Name)
+		if d == nil {
+			continue
+		}
+		kinds := map[string]string{}
+		for _, im := range poolImpacts(in.nodes, in.drivers, from, f) {
+			kinds[im.pool.OSTag+"/"+im.pool.Kernel] = im.kind
+		}
+		for j := range d.Pools {
+			d.Pools[j].Change = kinds[d.Pools[j].OSTag+"/"+d.Pools[j].Kernel]
+		}
+	}
 }
 
 // previewFindings is preview's exit status 3 and its reason.
@@ -356,8 +385,10 @@ func poolChange(d plan.Driver, pool plan.Pool, owner map[string]string, existing
 	switch cur, ok := existing[pool.DaemonSet]; {
 	case !ok:
 		change = st.OK("create")
-	case cur != strings.Join(pool.Images(), " "):
+	case cur != strings.Join(pool.Images(), " ") || pool.Change == ChangeDisruptive:
 		change = st.Warn("update (rolls nodes)")
+	case pool.Change == ChangeRestartOnly:
+		change = st.Warn("update (restart-only: driver pods restart in place, GPU jobs stay)")
 	}
 	if len(pool.Leaving) > 0 {
 		losing := "losing " + leavingSummary(pool.Leaving, owner)

@@ -81,3 +81,33 @@ func TestBlockers(t *testing.T) {
 		t.Errorf("a pod without GPUs is named:\n%s", all)
 	}
 }
+
+// preview -f of a changed CR marks each pool's change as the controller
+// will carry it out.
+func TestMarkChanges(t *testing.T) {
+	nodes := []plan.Node{{Name: "n1", Labels: map[string]string{plan.LabelGPUPresent: "true", plan.LabelOSID: "ubuntu", plan.LabelOSVersion: "22.04", "d": "x"}}}
+	stored := v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u"}, Spec: v1alpha1.NVIDIADriverSpec{Version: "535.104.12", NodeSelector: map[string]string{"d": "x"}}}
+	defaultSpec(&stored.Spec)
+	for _, tc := range []struct {
+		name   string
+		change func(*v1alpha1.NVIDIADriverSpec)
+		want   string
+	}{
+		{"the same manifest", func(*v1alpha1.NVIDIADriverSpec) {}, ChangeNone},
+		{"labels", func(s *v1alpha1.NVIDIADriverSpec) { s.Labels = map[string]string{"team": "ml"} }, ChangeRestartOnly},
+		{"a version", func(s *v1alpha1.NVIDIADriverSpec) { s.Version = "550.90.07" }, ChangeDisruptive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1alpha1.NVIDIADriverSpec{Version: "535.104.12", NodeSelector: map[string]string{"d": "x"}}}
+			tc.change(&file.Spec)
+			defaultSpec(&file.Spec) // as readDriverFiles does
+			in := &inputs{nodes: nodes, drivers: []v1alpha1.NVIDIADriver{stored}}
+			drivers, added := mergeDrivers(in.drivers, []v1alpha1.NVIDIADriver{file})
+			p := plan.Compute(nodes, drivers)
+			markChanges(&p, in, []v1alpha1.NVIDIADriver{file}, added)
+			if d := p.DriverByName("x"); d == nil || len(d.Pools) != 1 || d.Pools[0].Change != tc.want {
+				t.Errorf("pools %+v, want change %s", d, tc.want)
+			}
+		})
+	}
+}

@@ -111,6 +111,10 @@ type Pool struct {
 	// SidecarGDRCopy), resolved here so preview shows what the pods pull.
 	Sidecars map[string]string `json:"sidecars,omitempty"`
 	Nodes    []string          `json:"nodes"`
+	// Change is set by preview for a CR changed from its stored version:
+	// "disruptive" (the driver's install changes), "restart-only" (the pods
+	// restart in place, GPU jobs stay) or "none". Compute leaves it empty.
+	Change string `json:"change,omitempty"`
 	// Leaving are the pool's nodes that the plan gives to another driver (or
 	// to none): the DaemonSet keeps serving them until the controller has
 	// drained and moved them; Driver.Leaving lists them too.
