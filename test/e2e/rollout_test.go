@@ -183,7 +183,8 @@ spec:
 	}
 	eventually(t, 3*time.Minute, "every node on 525.125.06", func() error { return rolledOnto(t, "canary", total, "cw", "525.125.06") })
 	rolloutPhase(t, "canary", v1alpha1.RolloutComplete, 30*time.Second)
-	t.Logf("canary of 2 done and waiting %s after the patch; all %d nodes %s after it", canaryTook.Round(100*time.Millisecond), total, time.Since(rolloutStart).Round(100*time.Millisecond))
+	t.Logf("canary of 2 done and waiting %s after the patch; all %d nodes %s after it; controller time per transition since the restart: %s",
+		canaryTook.Round(100*time.Millisecond), total, time.Since(rolloutStart).Round(100*time.Millisecond), transitionQuantiles(&replica{metrics: ctrlMetrics}))
 	h := history(t, "canary")
 	if len(h) != 2 || h[0].Version != "470.141.10" || h[1].Version != "525.125.06" || !h[1].Current || h[1].Revision != 2 {
 		t.Errorf("history %+v", h)
@@ -406,4 +407,23 @@ spec:
 		}
 	}
 	t.Logf("labels-only change: %d driver pods replaced in %s, no node cordoned, %d GPU jobs kept", total, took.Round(100*time.Millisecond), total)
+}
+
+// transitionQuantiles reads the controller's per-transition latency
+// histogram: its p50 and p95 as bucket upper bounds, and the count.
+func transitionQuantiles(r *replica) string {
+	const name = "nvdriver_upgrade_transition_seconds"
+	count := r.metric(name + "_count")
+	if count <= 0 {
+		return "no transitions recorded"
+	}
+	bound := func(q float64) string {
+		for _, le := range []string{"0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10"} {
+			if r.metric(name+"_bucket", `le="`+le+`"`) >= q*count {
+				return "<=" + le + "s"
+			}
+		}
+		return ">10s"
+	}
+	return fmt.Sprintf("p50 %s, p95 %s over %.0f transitions", bound(0.5), bound(0.95), count)
 }
