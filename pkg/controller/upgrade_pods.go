@@ -1,0 +1,209 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/render"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+// What the upgrade machine reads of pods: the driver pods of a CR's nodes
+// (from the cache) and, per node when a step needs them, the pods on it.
+
+// driverPods maps node name -> the driver pod there, as the machine sees it
+// and as the object to delete: this CR's pods, and on nodes moving in from
+// another CR that CR's pod (never in sync: it is the driver being replaced).
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []corev1.Node) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
+	movingIn := map[string]bool{}
+	for i := range nodes {
+		if nodes[i].Labels[plan.LabelOwner] != d.Name {
+			movingIn[nodes[i].Name] = true
+		}
+	}
+	dss := &appsv1.DaemonSetList{}
+	opts := []client.ListOption{client.InNamespace(r.Options.Namespace), client.UnsafeDisableDeepCopy} // read only
+	if len(movingIn) == 0 {
+		opts = append(opts, client.MatchingFields{ownerIndex: string(d.UID)})
+	}
+	if err := r.Client.List(ctx, dss, opts...); err != nil {
+		return nil, nil, err
+	}
+	gen := map[types.UID]string{}
+	digest := map[types.UID]string{}
+	hash := map[types.UID]string{}
+	foreign := map[types.UID]bool{}
+	for _, ds := range dss.Items {
+		ref := metav1.GetControllerOf(&ds)
+		switch {
+		case ref != nil && ref.UID == d.UID:
+			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
+			digest[ds.UID] = render.PodConfigDigest(&ds.Spec.Template.Spec)
+			if ds.Status.ObservedGeneration >= ds.Generation {
+				h, err := r.currentHash(ctx, ds.UID)
+				if err != nil {
+					return nil, nil, err
+				}
+				hash[ds.UID] = h
+			}
+		case ref != nil && ref.Kind == "NVIDIADriver":
+			foreign[ds.UID] = true
+		}
+	}
+	// Only this CR's pods (by DaemonSet) and the pods on nodes moving in (by
+	// node), through cache indexes: listing every driver pod of the cluster
+	// for each CR's pass made a rollout quadratic in nodes. The objects are
+	// the cache's own (read, never modified; the one deleted is copied).
+	var items []corev1.Pod
+	list := func(field, value string) error {
+		pods := &corev1.PodList{}
+		if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace), client.MatchingFields{field: value}, client.UnsafeDisableDeepCopy); err != nil {
+			return err
+		}
+		items = append(items, pods.Items...)
+		return nil
+	}
+	for uid := range gen {
+		if err := list(podControllerIndex, string(uid)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for node := range movingIn {
+		if err := list(podNodeIndex, node); err != nil {
+			return nil, nil, err
+		}
+	}
+	out := map[string]*upgrade.DriverPod{}
+	objs := map[string]*corev1.Pod{}
+	for i := range items {
+		p := &items[i]
+		ref := metav1.GetControllerOf(p)
+		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
+			continue
+		}
+		want, ok := gen[ref.UID]
+		if !ok && !(foreign[ref.UID] && movingIn[p.Spec.NodeName]) {
+			continue
+		}
+		// In sync: made from the current template generation, or from an
+		// earlier one identical to it (the same revision hash, as the
+		// DaemonSet controller judges it): an undo does not restart pods
+		// that never left the template it returns to.
+		h := hash[ref.UID]
+		inSync := want != "" && (p.Labels[podTemplateGenerationLabel] == want || (h != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == h))
+		// Out of date but with the same config digest: a restart-only change.
+		pd := render.PodConfigDigest(&p.Spec)
+		restartOnly := !inSync && pd != "" && pd == digest[ref.UID]
+		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync, RestartOnly: restartOnly,
+			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			dp.Restarts = max(dp.Restarts, cs.RestartCount)
+		}
+		// Prefer the live pod over one being deleted.
+		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
+			out[p.Spec.NodeName] = dp
+			objs[p.Spec.NodeName] = p.DeepCopy()
+		}
+	}
+	return out, objs, nil
+}
+
+// currentHash is the template hash of a DaemonSet's newest revision ("" when
+// the DaemonSet controller has made none yet), from the cache.
+func (r *UpgradeReconciler) currentHash(ctx context.Context, ds types.UID) (string, error) {
+	list := &appsv1.ControllerRevisionList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(r.Options.Namespace), client.MatchingFields{podControllerIndex: string(ds)}, client.UnsafeDisableDeepCopy); err != nil {
+		return "", err
+	}
+	var newest *appsv1.ControllerRevision
+	for i := range list.Items {
+		if newest == nil || list.Items[i].Revision > newest.Revision {
+			newest = &list.Items[i]
+		}
+	}
+	if newest == nil {
+		return "", nil
+	}
+	return newest.Labels[appsv1.ControllerRevisionHashLabelKey], nil
+}
+
+func (r *UpgradeReconciler) podsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, list, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
+		return nil, fmt.Errorf("listing pods on %s: %w", node, err)
+	}
+	return list.Items, nil
+}
+
+// gpuPods are the running or pending pods that request GPUs or MIG slices.
+func gpuPods(pods []corev1.Pod) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if usesGPU(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func usesGPU(p *corev1.Pod) bool { return upgrade.UsesGPU(p) }
+
+func countMatching(pods []corev1.Pod, selector string) int {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods {
+		if (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending) && sel.Matches(labels.Set(p.Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+// anyReadyMatching: some pod matching the selector is Ready (the selector was
+// validated at start-up).
+func anyReadyMatching(pods []corev1.Pod, selector string) bool {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return false
+	}
+	for i := range pods {
+		if sel.Matches(labels.Set(pods[i].Labels)) && pods[i].DeletionTimestamp == nil && podIsReady(&pods[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return true // unknown: do not count it against the budget
+}
