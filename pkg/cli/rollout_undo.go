@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"reflect"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
@@ -124,57 +122,7 @@ func (o *RolloutUndoOptions) choose(d *v1alpha1.NVIDIADriver, revs []Revision) (
 	return Revision{}, fmt.Errorf("%s has no earlier revision to go back to (%s): a revision is recorded when a spec has reached every node", o.Name, revisionNumbers(revs))
 }
 
-// undoPatch is the merge patch that makes the CR's driver fields the
-// revision's: its fields set, the others the CR has removed; nodeSelector,
-// default and upgradePolicy untouched. The resourceVersion makes it fail
-// rather than undo over a change made since it was read.
+// undoPatch is upgrade.UndoPatch for the CR as read.
 func undoPatch(d *v1alpha1.NVIDIADriver, rev map[string]any) ([]byte, error) {
-	raw, err := json.Marshal(d.Spec)
-	if err != nil {
-		return nil, err
-	}
-	var cur map[string]any
-	if err := json.Unmarshal(raw, &cur); err != nil {
-		return nil, err
-	}
-	for k := range cur {
-		if !upgrade.IsRevisionField(k) {
-			delete(cur, k)
-		}
-	}
-	want := map[string]any{}
-	for k, v := range rev {
-		if upgrade.IsRevisionField(k) {
-			want[k] = v
-		}
-	}
-	spec := mergePatchTo(cur, want)
-	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": d.ResourceVersion}, "spec": spec})
-}
-
-// mergePatchTo is the JSON merge patch (RFC 7386) that turns cur into want:
-// nested objects are patched key by key, so a key the revision lacks is
-// removed at any depth, not only at the top.
-func mergePatchTo(cur, want map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, w := range want {
-		c, had := cur[k]
-		wm, wIsMap := w.(map[string]any)
-		cm, cIsMap := c.(map[string]any)
-		if had && wIsMap && cIsMap {
-			if sub := mergePatchTo(cm, wm); len(sub) > 0 {
-				out[k] = sub
-			}
-			continue
-		}
-		if !had || !reflect.DeepEqual(c, w) {
-			out[k] = w
-		}
-	}
-	for k := range cur {
-		if _, ok := want[k]; !ok {
-			out[k] = nil
-		}
-	}
-	return out
+	return upgrade.UndoPatch(&d.Spec, rev, d.ResourceVersion)
 }

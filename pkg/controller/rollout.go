@@ -2,15 +2,18 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
@@ -26,6 +29,7 @@ const (
 	EventCanaryDone      = "CanaryDone"
 	EventRolloutComplete = "RolloutComplete"
 	EventRolloutResumed  = "RolloutResumed"
+	EventRolledBack      = "RolloutRolledBack"
 )
 
 // errStatusConflict: the CR changed since the pass read it; the pass runs
@@ -66,10 +70,63 @@ func (r *UpgradeReconciler) trackRollout(ctx context.Context, d *v1alpha1.NVIDIA
 			return g, err
 		}
 	}
+	prev := d.Status.Rollout
 	if err := r.writeRollout(ctx, d, g); err != nil {
 		return g, err
 	}
+	if g.Halted && policy.AutoRollback {
+		first := prev == nil || prev.Phase != v1alpha1.RolloutHalted || prev.Revision != g.Status.Revision
+		if err := r.rollBack(ctx, d, g.Status, first); err != nil {
+			return g, err
+		}
+	}
 	return g, nil
+}
+
+// rollBack is spec.upgradePolicy.autoRollback: a halted rollout puts the
+// newest fully rolled-out revision unlike the one halted back on the CR, as
+// `rollout undo` does, and the machine rolls it out. With none recorded it
+// says so once and the rollout stays halted.
+func (r *UpgradeReconciler) rollBack(ctx context.Context, d *v1alpha1.NVIDIADriver, st v1alpha1.RolloutStatus, first bool) error {
+	list := &appsv1.ControllerRevisionList{}
+	if err := r.APIReader.List(ctx, list, client.InNamespace(r.Options.Namespace), client.MatchingLabels{v1alpha1.RevisionLabel: d.Name}); err != nil {
+		return fmt.Errorf("listing revisions: %w", err)
+	}
+	var good *appsv1.ControllerRevision
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if ref := metav1.GetControllerOf(cr); ref == nil || ref.UID != d.UID || cr.Name == RevisionName(d.Name, st.Revision) {
+			continue
+		}
+		if good == nil || cr.Revision > good.Revision {
+			good = cr
+		}
+	}
+	if good == nil {
+		if first {
+			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, EventRolloutHalted, "Rollback", "autoRollback: no earlier fully rolled-out revision to go back to; the rollout stays halted")
+		}
+		return nil
+	}
+	var rev map[string]any
+	if err := json.Unmarshal(good.Data.Raw, &rev); err != nil {
+		return fmt.Errorf("revision %s is not a spec: %w", good.Name, err)
+	}
+	body, err := upgrade.UndoPatch(&d.Spec, rev, d.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	from := d.Spec.Version
+	if err := r.Client.Patch(ctx, d, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsConflict(err) {
+			return errStatusConflict
+		}
+		return fmt.Errorf("rolling back to revision %d: %w", good.Revision, err)
+	}
+	to, _ := rev["version"].(string)
+	r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, EventRolledBack, "Rollback", "rollout of revision %s halted (%d node(s) failed: %s); autoRollback put revision %d back (version %s -> %s)",
+		st.Revision, st.Failed, failedList(st.FailedNodes), good.Revision, from, to)
+	return nil
 }
 
 func holdNodes(ps *pass, g upgrade.Gate) {
@@ -139,4 +196,12 @@ func (r *UpgradeReconciler) rolloutEvents(d *v1alpha1.NVIDIADriver, prev, st *v1
 				st.Revision, st.Total, st.CompletedAt.Sub(st.StartedAt.Time).Round(time.Second))
 		}
 	}
+}
+
+func failedList(fs []v1alpha1.FailedNode) string {
+	names := make([]string, 0, len(fs))
+	for _, f := range fs {
+		names = append(names, f.Node)
+	}
+	return strings.Join(names, ", ")
 }

@@ -163,6 +163,7 @@ type Policy struct {
 	Paused        bool
 	Canary        *Canary
 	FailureBudget intstr.IntOrString
+	AutoRollback  bool
 	// Revision is the hash of the spec being rolled out (RevisionOf); a
 	// node's failure is recorded against it.
 	Revision string
@@ -187,7 +188,7 @@ func PolicyFor(spec *v1alpha1.NVIDIADriverSpec) Policy {
 	if up == nil {
 		return p
 	}
-	p.Paused = up.Paused
+	p.Paused, p.AutoRollback = up.Paused, up.AutoRollback
 	if up.FailureBudget != nil {
 		p.FailureBudget = *up.FailureBudget
 	}

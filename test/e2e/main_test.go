@@ -17,11 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 )
@@ -102,6 +104,9 @@ func testMain(m *testing.M) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	// The tests' own client logs nothing (controller-runtime printed a
+	// "log.SetLogger(...) was never called" stack trace otherwise).
+	ctrllog.SetLogger(logr.Discard())
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fail("%v", err)

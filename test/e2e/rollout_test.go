@@ -280,6 +280,29 @@ spec:
 	if h := history(t, "halt"); len(h) != 1 || !h[0].Current || h[0].Version != "470.141.10" {
 		t.Errorf("history after the undo %+v", h)
 	}
+	// autoRollback: the same failure again puts the last good revision back
+	// by itself, and the machine rolls it out.
+	kubectl(t, "patch", "nvidiadriver/halt", "--type=merge", `-p={"spec":{"version":"525.125.06","annotations":{"nvdriver.test/fail":"flaky-node"},"upgradePolicy":{"autoRollback":true}}}`)
+	rolledBackAt := time.Now()
+	eventually(t, 3*time.Minute, "autoRollback back on 470.141.10", func() error {
+		if v := getDriverE2E(t, "halt").Spec.Version; v != "470.141.10" {
+			return fmt.Errorf("version %s", v)
+		}
+		if err := allNodesIn(t, "halt", total, upgrade.StateDone); err != nil {
+			return err
+		}
+		return podsRun(all, "470.141.10")
+	})
+	rolloutPhase(t, "halt", v1alpha1.RolloutComplete, 30*time.Second)
+	events = kubectl(t, "get", "events", "-A", "--field-selector", "involvedObject.name=halt", "-o", "jsonpath={range .items[*]}{.reason} {.note}{.message}{\"\\n\"}{end}")
+	if !strings.Contains(events, "RolloutRolledBack") || !strings.Contains(events, "autoRollback put revision 1 back (version 525.125.06 -> 470.141.10)") {
+		t.Errorf("no RolloutRolledBack event:\n%s", events)
+	}
+	if d := getDriverE2E(t, "halt"); d.Spec.Annotations != nil || d.Spec.UpgradePolicy == nil || !d.Spec.UpgradePolicy.AutoRollback {
+		t.Errorf("after the automatic rollback: annotations %v, upgradePolicy %+v", d.Spec.Annotations, d.Spec.UpgradePolicy)
+	}
+	t.Logf("autoRollback: halted and back on the last good revision %s after the bad patch", time.Since(rolledBackAt).Round(100*time.Millisecond))
+
 	// A paused CR still lets its nodes go when it is deleted: a move is
 	// never held.
 	if code, out, errOut := nvdriver(t, "rollout", "pause", "halt"); code != 0 {

@@ -429,6 +429,11 @@ type DriverUpgradePolicySpec struct {
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="spec.upgradePolicy.failureBudget must be a number of nodes (at least 1) or a percentage from 1% to 100%"
 	// +optional
 	FailureBudget *intstr.IntOrString `json:"failureBudget,omitempty"`
+	// AutoRollback puts the last fully rolled-out revision back when the
+	// rollout halts, as `kubectl nvdriver rollout undo` would (the controller
+	// then writes the CR's driver fields). Off by default.
+	// +optional
+	AutoRollback bool `json:"autoRollback,omitempty"`
 	// RevisionHistoryLimit is how many fully rolled-out revisions are kept as
 	// ControllerRevisions for `kubectl nvdriver rollout history|undo`. Default 10.
 	// +kubebuilder:validation:Minimum=0
