@@ -240,12 +240,20 @@ func taintString(t corev1.Taint) string {
 
 func checkUpgrades(s *Snapshot, _ *plan.Plan) []Finding {
 	var failed, inProgress []string
+	held := map[string]bool{} // CRs whose rollout holds its waiting nodes (the rollouts check says why)
+	for i := range s.Drivers {
+		held[s.Drivers[i].Name] = rolloutWaits(&s.Drivers[i])
+	}
 	for _, n := range s.Nodes {
 		if !s.wants(n.Labels[plan.LabelOwner]) {
 			continue
 		}
 		switch st := n.Labels[plan.LabelUpgradeState]; st {
 		case "", plan.UpgradeDone:
+		case upgrade.StateRequired:
+			if !held[n.Labels[plan.LabelOwner]] {
+				inProgress = append(inProgress, n.Name+"("+st+")")
+			}
 		case plan.UpgradeFailed:
 			failed = append(failed, n.Name)
 		default:
