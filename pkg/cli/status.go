@@ -438,6 +438,9 @@ func rolloutLine(d DriverStatus) string {
 		phase = "PAUSED"
 	}
 	line := fmt.Sprintf("%s: rollout %s: %d/%d node(s) done, %d in flight, %d failed", d.Name, phase, r.Done, r.Total, r.InFlight, r.Failed)
+	for _, p := range r.Pools {
+		line += fmt.Sprintf("; %s %s (%d to go)", p.DaemonSet, p.Change, p.Pending)
+	}
 	if r.Message != "" {
 		line += "; " + r.Message
 	}

@@ -25,8 +25,8 @@ import (
 
 // Change kinds of a pool or node under a spec change (docs/design.md, "Rollouts").
 const (
-	ChangeDisruptive  = "disruptive"
-	ChangeRestartOnly = "restart-only"
+	ChangeDisruptive  = upgrade.ChangeDisruptive
+	ChangeRestartOnly = upgrade.ChangeRestartOnly
 	ChangeNone        = "none"
 )
 

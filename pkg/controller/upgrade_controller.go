@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
@@ -181,6 +182,11 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",
 			Unschedulable: n.Spec.Unschedulable, NotReady: !nodeReady(n), Annotations: n.Annotations, DriverPod: pods[n.Name],
 			Labels: n.Labels,
+		}
+		if po := podObjs[n.Name]; po != nil {
+			if ref := metav1.GetControllerOf(po); ref != nil {
+				in.Pool = ref.Name
+			}
 		}
 		if in.Annotations == nil {
 			in.Annotations = map[string]string{}

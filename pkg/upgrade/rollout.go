@@ -253,8 +253,49 @@ func Track(nodes []Node, p Policy, prev *v1alpha1.RolloutStatus, resumedAt strin
 			g.Held[n.Name] = "waiting for the canary"
 		}
 	}
+	st.Pools = poolShares(sorted)
 	g.Status = st
 	return g
+}
+
+// Change kinds of a pool in a rollout.
+const (
+	ChangeDisruptive  = "disruptive"
+	ChangeRestartOnly = "restart-only"
+)
+
+// poolShares says per pool with nodes still to go whether the change is
+// restart-only there (every such node's pod has the template's config
+// digest, or is on the restart-only path) or disruptive.
+func poolShares(sorted []Node) []v1alpha1.RolloutPool {
+	byPool := map[string]*v1alpha1.RolloutPool{}
+	var names []string
+	for _, n := range sorted {
+		pending := needsUpgrade(n) || (InProgress(n.State) && n.MoveTo() == "")
+		if !pending || n.Pool == "" {
+			continue
+		}
+		p := byPool[n.Pool]
+		if p == nil {
+			p = &v1alpha1.RolloutPool{DaemonSet: n.Pool, Change: ChangeRestartOnly}
+			byPool[n.Pool] = p
+			names = append(names, n.Pool)
+		}
+		p.Pending++
+		restartOnly := onRestartOnlyPath(n) || (n.DriverPod != nil && n.DriverPod.RestartOnly && !InProgress(n.State))
+		if !restartOnly {
+			p.Change = ChangeDisruptive
+		}
+	}
+	sort.Strings(names)
+	out := make([]v1alpha1.RolloutPool, 0, len(names))
+	for _, name := range names {
+		out = append(out, *byPool[name])
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // chooseCanary takes the first nodes in name order that need the upgrade and

@@ -259,6 +259,22 @@ func TestTrack(t *testing.T) {
 	}
 }
 
+// The rollout says per pool whether what is left to do is disruptive or
+// restart-only.
+func TestTrackPoolShares(t *testing.T) {
+	nodes := fleet(5)
+	set(nodes, func(n *Node) { n.Pool = "ds-a" }, "n00", "n01", "n02")
+	set(nodes, func(n *Node) { n.Pool = "ds-b" }, "n03", "n04")
+	set(nodes, func(n *Node) { n.DriverPod = sameDigest }, "n03", "n04")
+	set(nodes, func(n *Node) { n.State = StatePodRestart; n.Annotations[AnnotationRestartOnly] = "true" }, "n04")
+	set(nodes, upgraded, "n00")
+	got := Track(nodes, defaults(), nil, "", now).Status.Pools
+	want := []v1alpha1.RolloutPool{{DaemonSet: "ds-a", Change: ChangeDisruptive, Pending: 2}, {DaemonSet: "ds-b", Change: ChangeRestartOnly, Pending: 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("pools %+v, want %+v", got, want)
+	}
+}
+
 // TestTrackHoldsThroughDecide: a held node does not enter the machine, the
 // others do within the budget.
 func TestTrackHoldsThroughDecide(t *testing.T) {

@@ -100,6 +100,8 @@ type Node struct {
 	Name  string
 	State string
 	Skip  bool
+	// Pool is the DaemonSet of the node's driver pod ("" when none).
+	Pool string
 	// Labels are the node's labels (the canary selector reads them).
 	Labels map[string]string
 	// Held says why the rollout does not let the node start its upgrade now

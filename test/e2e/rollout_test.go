@@ -402,8 +402,26 @@ spec:
 	}
 	before := driverPodNames(t, nodes)
 	cordons := countNodes("restartonly", cordoned)
-	start := time.Now()
+	// Paused first, so status can be read while all of it is to go: it says
+	// the pool's change is restart-only.
+	if code, out, errOut := nvdriver(t, "rollout", "pause", "restart-only"); code != 0 {
+		t.Fatalf("rollout pause: exit %d\n%s%s", code, out, errOut)
+	}
 	kubectl(t, "patch", "nvidiadriver/restart-only", "--type=merge", `-p={"spec":{"labels":{"team":"ml"}}}`)
+	eventually(t, time.Minute, "the pool said restart-only", func() error {
+		r := getDriverE2E(t, "restart-only").Status.Rollout
+		if r == nil || r.Phase != v1alpha1.RolloutPaused || len(r.Pools) != 1 || r.Pools[0].Change != upgrade.ChangeRestartOnly || r.Pools[0].Pending != total {
+			return fmt.Errorf("rollout %+v", r)
+		}
+		return nil
+	})
+	if _, out, _ := nvdriver(t, "status", "restart-only"); !strings.Contains(out, "restart-only (4 to go)") {
+		t.Errorf("status does not say the change is restart-only:\n%s", out)
+	}
+	start := time.Now()
+	if code, out, errOut := nvdriver(t, "rollout", "resume", "restart-only"); code != 0 {
+		t.Fatalf("rollout resume: exit %d\n%s%s", code, out, errOut)
+	}
 	eventually(t, 2*time.Minute, "every driver pod replaced and every node done", func() error {
 		now := driverPodNames(t, nodes)
 		for _, n := range nodes {

@@ -591,6 +591,20 @@ type RolloutStatus struct {
 	// FailedNodes name the failed nodes and why (at most 10).
 	// +optional
 	FailedNodes []FailedNode `json:"failedNodes,omitempty"`
+	// Pools say, per driver DaemonSet with nodes still to go, whether the
+	// change is disruptive or restart-only there.
+	// +optional
+	Pools []RolloutPool `json:"pools,omitempty"`
+}
+
+// RolloutPool is one pool's share of a rollout.
+type RolloutPool struct {
+	DaemonSet string `json:"daemonSet"`
+	// Change is disruptive (cordon, evict, restart) or restart-only (the
+	// driver pods restart in place: the config digest is the same).
+	Change string `json:"change"`
+	// Pending are the pool's nodes not yet on the revision (waiting or in flight).
+	Pending int32 `json:"pending"`
 }
 
 // FailedNode is one failed node and its reason.
