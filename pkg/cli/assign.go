@@ -205,7 +205,7 @@ func (o *AssignOptions) Run(ctx context.Context) error {
 		action = "unchanged"
 	}
 	verb := map[bool]string{true: "would be ", false: ""}[o.DryRun != "none" && specChanged]
-	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	suffix := dryRunSuffix(o.DryRun)
 	if o.DryRun == "client" {
 		o.report(changes, verb+action, suffix)
 		return o.printDriver(desired)

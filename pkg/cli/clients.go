@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/resource"
@@ -274,3 +275,30 @@ func defaultSpec(s *v1alpha1.NVIDIADriverSpec) {
 
 // streams is the IO of a command.
 type streams = genericiooptions.IOStreams
+
+// dryRunSuffix ends a write's message under --dry-run.
+func dryRunSuffix(mode string) string {
+	return map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[mode]
+}
+
+// patchDriver sends a merge patch to the CR as a server dry run first
+// (admission and the CRD's rules judge it: a refusal changes nothing and is
+// said as "<refusal> (nothing was changed): why"), then for real unless
+// mode is client or server. It returns the server's answer to the dry run
+// (nil with --dry-run=client); d becomes the stored object after a real write.
+func patchDriver(ctx context.Context, c client.Client, d *v1alpha1.NVIDIADriver, body []byte, mode, refusal string) (*v1alpha1.NVIDIADriver, error) {
+	patch := client.RawPatch(types.MergePatchType, body)
+	var probe *v1alpha1.NVIDIADriver
+	if mode != "client" {
+		probe = d.DeepCopy()
+		if err := c.Patch(ctx, probe, patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
+			return nil, fmt.Errorf("%s (nothing was changed): %v", refusal, err)
+		}
+	}
+	if mode == "none" {
+		if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
+			return nil, fmt.Errorf("patching %s: %w", d.Name, err)
+		}
+	}
+	return probe, nil
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -98,7 +97,7 @@ func (o *RolloutPauseOptions) Run(ctx context.Context) error {
 	}
 	paused := d.Spec.UpgradePolicy != nil && d.Spec.UpgradePolicy.Paused
 	verb := map[bool]string{true: "paused", false: "resumed"}[o.Pause]
-	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	suffix := dryRunSuffix(o.DryRun)
 
 	spec := map[string]any{}
 	meta := map[string]any{}
@@ -129,20 +128,13 @@ func (o *RolloutPauseOptions) Run(ctx context.Context) error {
 		body["metadata"] = meta
 	}
 	raw, _ := json.Marshal(body)
-	patch := client.RawPatch(types.MergePatchType, raw)
-	if o.DryRun != "client" {
-		probe := d.DeepCopy()
-		if err := c.Patch(ctx, probe, patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
-			return fmt.Errorf("the API server refuses to %s %s (nothing was changed): %v", strings.TrimSuffix(verb, "d"), o.Name, err)
-		}
-		if o.Pause && (probe.Spec.UpgradePolicy == nil || !probe.Spec.UpgradePolicy.Paused) {
-			return fmt.Errorf("the installed NVIDIADriver CRD has no spec.upgradePolicy.paused (NVIDIA's CRD drops it): install nvdriver's CRD (charts/nvdriver/crds), or hold nodes with spec.upgradePolicy.autoUpgrade: false")
-		}
+	probe, err := patchDriver(ctx, c, d, raw, o.DryRun, fmt.Sprintf("the API server refuses to %s %s", strings.TrimSuffix(verb, "d"), o.Name))
+	if err != nil {
+		return err
 	}
-	if o.DryRun == "none" {
-		if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("patching %s: %w", o.Name, err)
-		}
+	if o.Pause && probe != nil && (probe.Spec.UpgradePolicy == nil || !probe.Spec.UpgradePolicy.Paused) {
+		// Checked on the dry run's answer, so the real write never happens.
+		return fmt.Errorf("the installed NVIDIADriver CRD has no spec.upgradePolicy.paused (NVIDIA's CRD drops it): install nvdriver's CRD (charts/nvdriver/crds), or hold nodes with spec.upgradePolicy.autoUpgrade: false")
 	}
 	if o.Pause {
 		inFlight := int32(0)

@@ -5,9 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
@@ -87,19 +85,11 @@ func (o *RolloutUndoOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	patch := client.RawPatch(types.MergePatchType, body)
-	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
-	if o.DryRun != "client" {
-		if err := c.Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
-			return fmt.Errorf("the API server refuses revision %d for %s (nothing was changed): %v", target.Revision, o.Name, err)
-		}
-	}
 	from := d.Spec.Version
-	if o.DryRun == "none" {
-		if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("patching %s: %w", o.Name, err)
-		}
+	if _, err := patchDriver(ctx, c, d, body, o.DryRun, fmt.Sprintf("the API server refuses revision %d for %s", target.Revision, o.Name)); err != nil {
+		return err
 	}
+	suffix := dryRunSuffix(o.DryRun)
 	fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s rolled back to revision %d%s (version %s -> %s)\n", o.Name, target.Revision, suffix, dash(from), dash(target.Version))
 	return nil
 }

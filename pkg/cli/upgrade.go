@@ -149,7 +149,7 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
+	suffix := dryRunSuffix(o.DryRun)
 	versionChanged := false
 	if o.To != "" {
 		if o.To == d.Spec.Version {
@@ -213,21 +213,13 @@ func (o *UpgradeOptions) Run(ctx context.Context) error {
 }
 
 func (o *UpgradeOptions) patchVersion(ctx context.Context, c client.Client, d *v1alpha1.NVIDIADriver) error {
-	suffix := map[string]string{"none": "", "client": " (dry run)", "server": " (server dry run)"}[o.DryRun]
 	body, _ := json.Marshal(map[string]any{"spec": map[string]any{"version": o.To}})
-	patch := client.RawPatch(types.MergePatchType, body)
-	if o.DryRun != "client" {
-		// Validate first (CEL rules), so a bad version changes nothing.
-		if err := c.Patch(ctx, d.DeepCopy(), patch, client.FieldOwner(FieldManager), client.DryRunAll); err != nil {
-			return fmt.Errorf("the API server rejects version %q for %s (nothing was changed): %v", o.To, o.Name, err)
-		}
-	}
 	from := d.Spec.Version
-	if o.DryRun == "none" {
-		if err := c.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("patching %s: %w", o.Name, err)
-		}
+	// Validated first (CEL rules), so a bad version changes nothing.
+	if _, err := patchDriver(ctx, c, d, body, o.DryRun, fmt.Sprintf("the API server rejects version %q for %s", o.To, o.Name)); err != nil {
+		return err
 	}
+	suffix := dryRunSuffix(o.DryRun)
 	fmt.Fprintf(o.Streams.Out, "nvidiadriver.nvidia.com/%s version %s -> %s%s\n", o.Name, dash(from), o.To, suffix)
 	return nil
 }
