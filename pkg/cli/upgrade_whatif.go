@@ -11,13 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/cli/output"
+	"github.com/nvdriver/nvdriver/pkg/doctor"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
@@ -174,13 +174,8 @@ func blockers(pods []corev1.Pod, p upgrade.Policy, pdbs []policyv1.PodDisruption
 			continue
 		}
 		evict = append(evict, key)
-		for _, pdb := range pdbs {
-			if pdb.Namespace != pod.Namespace || pdb.Status.DisruptionsAllowed > 0 {
-				continue
-			}
-			if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && sel.Matches(labels.Set(pod.Labels)) {
-				blocked = append(blocked, fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption now (%d healthy, %d desired) for %s", pdb.Namespace, pdb.Name, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy, key))
-			}
+		for _, pdb := range doctor.BlockingPDBs(pod, pdbs) {
+			blocked = append(blocked, fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption now (%d healthy, %d desired) for %s", pdb.Namespace, pdb.Name, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy, key))
 		}
 	}
 	return evict, blocked

@@ -291,14 +291,7 @@ func blockingPods(node string, d *v1alpha1.NVIDIADriver, state string, in NodeIn
 				Fix: fmt.Sprintf("kubectl -n %s delete pod %s (if it may go); or change spec.upgradePolicy.podDeletion", pod.Namespace, pod.Name)})
 			continue
 		}
-		for _, pdb := range in.PDBs {
-			if pdb.Namespace != pod.Namespace || pdb.Status.DisruptionsAllowed > 0 {
-				continue
-			}
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
-				continue
-			}
+		for _, pdb := range BlockingPDBs(pod, in.PDBs) {
 			out = append(out, Finding{Severity: Error, Objects: append(obj, "poddisruptionbudget/"+pdb.Namespace+"/"+pdb.Name),
 				Message: fmt.Sprintf("%s: GPU pod %s cannot be evicted: PodDisruptionBudget %s/%s allows no disruption (%d healthy, %d desired)",
 					node, key, pdb.Namespace, pdb.Name, pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy),
@@ -316,4 +309,19 @@ func dashIfEmpty(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// BlockingPDBs are the PodDisruptionBudgets that select the pod and allow no
+// disruption now: what an eviction of it would be refused for.
+func BlockingPDBs(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []policyv1.PodDisruptionBudget {
+	var out []policyv1.PodDisruptionBudget
+	for _, pdb := range pdbs {
+		if pdb.Namespace != pod.Namespace || pdb.Status.DisruptionsAllowed > 0 {
+			continue
+		}
+		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && sel.Matches(labels.Set(pod.Labels)) {
+			out = append(out, pdb)
+		}
+	}
+	return out
 }
