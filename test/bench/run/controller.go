@@ -31,7 +31,7 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startController(kubeconfig, tag string) (*controllerProc, error) {
+func startController(kubeconfig, tag string, extra ...string) (*controllerProc, error) {
 	p := &controllerProc{port: freePort(), pprof: freePort(), done: make(chan struct{})}
 	p.logPath = filepath.Join(os.TempDir(), fmt.Sprintf("nvdriver-bench-controller-%s.log", tag))
 	f, err := os.Create(p.logPath)
@@ -41,6 +41,7 @@ func startController(kubeconfig, tag string) (*controllerProc, error) {
 	p.cmd = exec.Command(filepath.Join(root, "bin", "controller"), "--kubeconfig", kubeconfig, "--namespace", namespace,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.port), "--health-probe-bind-address", "127.0.0.1:0",
 		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", p.pprof))
+	p.cmd.Args = append(p.cmd.Args, extra...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		return nil, err

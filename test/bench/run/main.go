@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/imagecheck/registrytest"
@@ -56,6 +58,7 @@ var (
 	keep    = flag.Bool("keep", false, "leave the cluster and controller running")
 	batch   = flag.Int("batch", 500, "nodes created per batch (each batch waits for kwok to make them Ready)")
 	cluster = flag.String("cluster", "nvdriver-bench", "local cluster name")
+	phases  = flag.String("phases", "converge,fleet", "which parts to run: converge (one CR, nodes added while the controller runs) and fleet (20 CRs: first start, plugin, cold starts, idle, moves, rollout)")
 )
 
 // results is what the run measured, in the units the names say.
@@ -71,6 +74,7 @@ var res = results{Values: map[string]float64{}}
 
 func main() {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
 	wd, _ := os.Getwd()
 	root = wd
 	res.Nodes = *nodesN
@@ -165,16 +169,10 @@ func bench() error {
 		return err
 	}
 
-	if err := e.createNodes(); err != nil {
-		return err
-	}
 	if err := e.startRegistry(); err != nil {
 		return err
 	}
 	defer e.reg.Close()
-	if e.nodes, err = watchNodes(cfg); err != nil {
-		return err
-	}
 	if _, err := sh([]string{"KUBECONFIG=" + e.kubeconfig}, "kubectl", "apply", "--server-side", "-f", "charts/nvdriver/crds/"); err != nil {
 		return err
 	}
@@ -184,11 +182,24 @@ func bench() error {
 	if _, err := sh([]string{"KUBECONFIG=" + e.kubeconfig}, "kubectl", "wait", "--for=condition=Established", "crd/nvidiadrivers.nvidia.com"); err != nil {
 		return err
 	}
-	// The phases in order; each measures against its baseline and fails the
-	// run loudly when it does not finish within its deadline.
-	for _, phase := range []func() error{e.applyCRs, e.firstStart, e.plugin, e.coldStarts, e.idle, e.moveLatency, e.rollout} {
-		if err := phase(); err != nil {
+	if strings.Contains(*phases, "converge") {
+		if err := e.converge(); err != nil {
 			return err
+		}
+	}
+	if strings.Contains(*phases, "fleet") {
+		if err := e.createNodes(); err != nil {
+			return err
+		}
+		if e.nodes, err = watchNodes(cfg); err != nil {
+			return err
+		}
+		// The phases in order; each measures against its baseline and fails the
+		// run loudly when it does not finish within its deadline.
+		for _, phase := range []func() error{e.applyCRs, e.firstStart, e.plugin, e.coldStarts, e.idle, e.moveLatency, e.rollout} {
+			if err := phase(); err != nil {
+				return err
+			}
 		}
 	}
 	e.report()
@@ -197,38 +208,59 @@ func bench() error {
 
 // createNodes adds the GPU nodes in batches, each waiting for kwok to make
 // them Ready, with nothing else running (heartbeats lag on a busy apiserver).
+// Nodes the converge phase already made are kept.
 func (e *env) createNodes() error {
 	start := time.Now()
-	for first := 0; first < *nodesN; first += *batch {
-		n := min(*batch, *nodesN-first)
-		if _, err := sh(nil, "go", "run", "./test/cluster/nodes", "--kubeconfig", e.kubeconfig, "--gpu-nodes", fmt.Sprint(n),
-			"--start", fmt.Sprint(first), "--prefix", "bench-node", "--extras=false",
-			"--os", "ubuntu20.04,ubuntu22.04,rhel9.4,rocky8.10",
-			"--kernels", "5.15.0-84-generic,5.15.0-78-generic,5.4.0-150-generic,6.8.0-45-generic,5.14.0-427.el9.x86_64,4.18.0-553.el8.x86_64",
-			"--group-label", groupLabel, "--groups", fmt.Sprint(groups), "--parallel", "32"); err != nil {
+	have := e.gpuNodes()
+	for first := have; first < *nodesN; first += *batch {
+		if err := e.createNodeRange(first, min(first+*batch, *nodesN)); err != nil {
 			return err
 		}
-		want := first + n
-		if err := poll(10*time.Minute, fmt.Sprintf("%d nodes Ready", want), func() (bool, error) {
-			list := &corev1.NodeList{}
-			if err := e.c.List(context.Background(), list, client.HasLabels{groupLabel}); err != nil {
-				return false, err
-			}
-			ready := 0
-			for _, nd := range list.Items {
-				for _, c := range nd.Status.Conditions {
-					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-						ready++
-					}
+	}
+	if have < *nodesN {
+		res.Values["nodes_create_seconds"] = time.Since(start).Seconds()
+	}
+	return nil
+}
+
+// gpuNodes counts the bench's nodes in the cluster.
+func (e *env) gpuNodes() int {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := e.c.List(context.Background(), list, client.HasLabels{groupLabel}); err != nil {
+		return 0
+	}
+	return len(list.Items)
+}
+
+// createNodeRange creates bench-node-<from> … bench-node-<to-1> and waits
+// for all of them to be Ready.
+func (e *env) createNodeRange(from, to int) error {
+	if _, err := sh(nil, "go", "run", "./test/cluster/nodes", "--kubeconfig", e.kubeconfig, "--gpu-nodes", fmt.Sprint(to-from),
+		"--start", fmt.Sprint(from), "--prefix", "bench-node", "--extras=false",
+		"--os", "ubuntu20.04,ubuntu22.04,rhel9.4,rocky8.10",
+		"--kernels", "5.15.0-84-generic,5.15.0-78-generic,5.4.0-150-generic,6.8.0-45-generic,5.14.0-427.el9.x86_64,4.18.0-553.el8.x86_64",
+		"--group-label", groupLabel, "--groups", fmt.Sprint(groups), "--parallel", "32"); err != nil {
+		return err
+	}
+	if err := poll(10*time.Minute, fmt.Sprintf("%d nodes Ready", to), func() (bool, error) {
+		list := &corev1.NodeList{}
+		if err := e.c.List(context.Background(), list, client.HasLabels{groupLabel}); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, nd := range list.Items {
+			for _, c := range nd.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
 				}
 			}
-			return ready >= want, nil
-		}); err != nil {
-			return err
 		}
-		logf("%d/%d nodes Ready", want, *nodesN)
+		return ready >= to, nil
+	}); err != nil {
+		return err
 	}
-	res.Values["nodes_create_seconds"] = time.Since(start).Seconds()
+	logf("%d/%d nodes Ready", to, *nodesN)
 	return nil
 }
 

@@ -18,6 +18,13 @@ func (e *env) report() {
 	fmt.Printf("\n## %d GPU nodes, %d CRs (%s)\n\n", res.Nodes, res.CRs, res.Machine)
 	fmt.Println("| measure | result | baseline / target |")
 	fmt.Println("|---|---|---|")
+	if v["converge_cpu_seconds"] > 0 {
+		fmt.Printf("| converge %d → %d nodes, one CR, leader election off: controller CPU | %.1f CPU s (%.1f ms/node), %.0f s wall | target ≤ 50 CPU s at 5,000, ≤ 10 at 1,000; NVIDIA 523 CPU s at 5,000 |\n",
+			convergeStart, res.Nodes, v["converge_cpu_seconds"], v["converge_cpu_seconds"]/float64(res.Nodes)*1000, v["converge_seconds"])
+		fmt.Printf("| converge: API requests, writes | %.0f (%.2f per node), %.0f writes | target ≤ 2 per node + O(pools); NVIDIA 16.8 per node |\n",
+			v["converge_requests"], v["converge_requests"]/float64(res.Nodes), v["converge_writes"])
+		fmt.Printf("| converge: controller RSS at convergence | %.0f MiB (peak %.0f MiB) | NVIDIA 1,687 MB (peak 1,705) |\n", v["converge_rss_mib"], v["converge_peak_rss_mib"])
+	}
 	fmt.Printf("| `preview` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | `kubectl get nodes -o name` %.0f ms, %.0f MiB, %v requests: **%.2f×** (target ≤ 1.0×, ≤ 4 requests) |\n",
 		*runs, v["preview_ms"], v["preview_rss_mib"], v["preview_requests"], v["kubectl_get_nodes_ms"], v["kubectl_get_nodes_rss_mib"], v["kubectl_get_nodes_requests"], v["preview_ratio"])
 	fmt.Printf("| `status` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | **%.2f×** of `kubectl get nodes -o name` |\n",
