@@ -3,7 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
+	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,10 +76,11 @@ func (s *snapshot) planNodes() []plan.Node {
 
 // planCache shares one plan among the reconciles that see the same cluster:
 // one node event wakes every CR (and the node labeller), and each used to
-// recompute the same plan — most of the controller's CPU at thousands of
-// nodes. The key is the snapshot itself (every node's and CR's name and
-// resourceVersion): the same objects give the same plan, whatever order the
-// informers delivered their events in.
+// recompute the same plan. The key is what plan.Compute reads, and nothing
+// else: node names and labels; CR names, UIDs, generations, creation times
+// and whether they are being deleted. A node's status heartbeat or a CR's
+// status write leaves it unchanged. It is combined without regard to order,
+// because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
 	mu    sync.Mutex
 	key   uint64
@@ -88,21 +89,55 @@ type planCache struct {
 }
 
 func snapshotKey(s *snapshot) uint64 {
-	h := fnv.New64a()
+	var sum uint64
 	for i := range s.nodes {
-		h.Write([]byte(s.nodes[i].Name))
-		h.Write([]byte{0})
-		h.Write([]byte(s.nodes[i].ResourceVersion))
-		h.Write([]byte{1})
+		n := &s.nodes[i]
+		h := hashString(fnvOffset, n.Name)
+		var labels uint64
+		for k, v := range n.Labels {
+			labels += mix(hashString(hashString(fnvOffset, k)^1, v))
+		}
+		sum += mix(h ^ mix(labels))
 	}
-	h.Write([]byte{2})
+	var drivers uint64
 	for i := range s.drivers {
-		h.Write([]byte(s.drivers[i].Name))
-		h.Write([]byte{0})
-		h.Write([]byte(s.drivers[i].ResourceVersion))
-		h.Write([]byte{1})
+		d := &s.drivers[i]
+		h := hashString(fnvOffset, d.Name)
+		h = hashString(h, string(d.UID))
+		h = hashString(h, strconv.FormatInt(d.Generation, 10))
+		h = hashString(h, strconv.FormatInt(d.CreationTimestamp.UnixNano(), 10))
+		if d.DeletionTimestamp != nil {
+			h = mix(h ^ 0xdead)
+		}
+		drivers += mix(h)
 	}
-	return h.Sum64()
+	return mix(sum ^ mix(drivers+uint64(len(s.drivers))) ^ uint64(len(s.nodes)))
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// hashString is FNV-1a over s, continued from h, without allocating.
+func hashString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	h ^= 0xff // a separator: ("ab","c") and ("a","bc") differ
+	h *= fnvPrime
+	return h
+}
+
+// mix is splitmix64's finaliser: the sums above combine well-spread values.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // compute takes a snapshot and returns it with its plan, computed once per

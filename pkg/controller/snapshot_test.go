@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+)
+
+func keyTestSnapshot() *snapshot {
+	node := func(name string, labels map[string]string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Labels: labels}}
+	}
+	return &snapshot{
+		nodes: []corev1.Node{
+			node("a", map[string]string{"pool": "gold", "nvidia.com/gpu.present": "true"}),
+			node("b", map[string]string{"pool": "silver", "nvidia.com/gpu.present": "true"}),
+			node("c", nil),
+		},
+		drivers: []v1alpha1.NVIDIADriver{
+			{ObjectMeta: metav1.ObjectMeta{Name: "gold", UID: "u1", Generation: 1, ResourceVersion: "5"}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "silver", UID: "u2", Generation: 3, ResourceVersion: "6"}},
+		},
+	}
+}
+
+// The plan cache's key changes exactly when something plan.Compute reads
+// changes: order and resourceVersions (status heartbeats, status writes)
+// must not invalidate it; labels, names, generations and deletions must.
+func TestSnapshotKey(t *testing.T) {
+	base := snapshotKey(keyTestSnapshot())
+	cases := []struct {
+		name string
+		edit func(s *snapshot)
+		same bool
+	}{
+		{"nodes in another order", func(s *snapshot) { slices.Reverse(s.nodes) }, true},
+		{"CRs in another order", func(s *snapshot) { slices.Reverse(s.drivers) }, true},
+		{"a node's status heartbeat", func(s *snapshot) { s.nodes[0].ResourceVersion = "99"; s.nodes[0].Status.Phase = "x" }, true},
+		{"a CR's status write", func(s *snapshot) { s.drivers[0].ResourceVersion = "99"; s.drivers[0].Status.State = "ready" }, true},
+		{"a label value", func(s *snapshot) { s.nodes[0].Labels["pool"] = "silver" }, false},
+		{"a label added", func(s *snapshot) { s.nodes[2].Labels = map[string]string{"pool": "gold"} }, false},
+		{"labels swapped between nodes", func(s *snapshot) { s.nodes[0].Labels, s.nodes[1].Labels = s.nodes[1].Labels, s.nodes[0].Labels }, false},
+		{"a key and value split differently", func(s *snapshot) { delete(s.nodes[0].Labels, "pool"); s.nodes[0].Labels["poolg"] = "old" }, false},
+		{"a node removed", func(s *snapshot) { s.nodes = s.nodes[:2] }, false},
+		{"a node renamed", func(s *snapshot) { s.nodes[2].Name = "d" }, false},
+		{"a CR's generation", func(s *snapshot) { s.drivers[1].Generation++ }, false},
+		{"a CR being deleted", func(s *snapshot) { s.drivers[0].DeletionTimestamp = &metav1.Time{} }, false},
+		{"a CR recreated (new UID)", func(s *snapshot) { s.drivers[0].UID = "u3" }, false},
+		{"a CR removed", func(s *snapshot) { s.drivers = s.drivers[:1] }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := keyTestSnapshot()
+			tc.edit(s)
+			if got := snapshotKey(s) == base; got != tc.same {
+				t.Errorf("key unchanged = %v, want %v", got, tc.same)
+			}
+		})
+	}
+}
