@@ -112,7 +112,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		// Prefer the live pod over one being deleted.
 		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
 			out[p.Spec.NodeName] = dp
-			objs[p.Spec.NodeName] = p.DeepCopy()
+			objs[p.Spec.NodeName] = p
 		}
 	}
 	return out, objs, nil
