@@ -62,3 +62,26 @@ func TestSnapshotKey(t *testing.T) {
 		})
 	}
 }
+
+// The remembered node hashes give the same key as hashing afresh, and a
+// node's new resourceVersion (any change to it) is hashed again.
+func TestSnapshotKeyRemembered(t *testing.T) {
+	hashes := nodeHashes{}
+	s := keyTestSnapshot()
+	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
+		t.Fatalf("remembered key %x, fresh %x", got, want)
+	}
+	s.nodes[0].Labels["pool"] = "silver"
+	s.nodes[0].ResourceVersion = "2"
+	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
+		t.Fatalf("after a label change with a new resourceVersion: remembered key %x, fresh %x", got, want)
+	}
+	if e := hashes["a"]; e.resourceVersion != "2" {
+		t.Errorf("node a remembered at resourceVersion %q, want 2", e.resourceVersion)
+	}
+	s.nodes[1].ResourceVersion = "" // objects built by hand: never remembered
+	s.nodes[1].Labels["pool"] = "bronze"
+	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
+		t.Fatalf("a node without resourceVersion: remembered key %x, fresh %x", got, want)
+	}
+}

@@ -64,13 +64,15 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	// node), through cache indexes: listing every driver pod of the cluster
 	// for each CR's pass made a rollout quadratic in nodes. The objects are
 	// the cache's own (read, never modified; the one deleted is copied).
-	var items []corev1.Pod
+	var items []*corev1.Pod // pointers: a Pod is a kilobyte to copy
 	list := func(field, value string) error {
 		pods := &corev1.PodList{}
 		if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace), client.MatchingFields{field: value}, client.UnsafeDisableDeepCopy); err != nil {
 			return err
 		}
-		items = append(items, pods.Items...)
+		for i := range pods.Items {
+			items = append(items, &pods.Items[i])
+		}
 		return nil
 	}
 	for uid := range gen {
@@ -85,8 +87,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	}
 	out := map[string]*upgrade.DriverPod{}
 	objs := map[string]*corev1.Pod{}
-	for i := range items {
-		p := &items[i]
+	for _, p := range items {
 		ref := metav1.GetControllerOf(p)
 		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
 			continue
@@ -106,8 +107,10 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		restartOnly := !inSync && pd != "" && pd == digest[ref.UID]
 		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync, RestartOnly: restartOnly,
 			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil}
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-			dp.Restarts = max(dp.Restarts, cs.RestartCount)
+		for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+			for i := range statuses {
+				dp.Restarts = max(dp.Restarts, statuses[i].RestartCount)
+			}
 		}
 		// Prefer the live pod over one being deleted.
 		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {

@@ -98,6 +98,14 @@ func (e *env) converge() error {
 		}
 	}
 	logf("converge requests by method: %v; writes: %v", byVerb, writes)
+	reconciles := map[string]float64{}
+	for _, s := range m {
+		if s.name == "controller_runtime_reconcile_total" {
+			reconciles[s.labels["controller"]] += s.value
+		}
+	}
+	res.Values["converge_reconciles"] = m.sum("controller_runtime_reconcile_total", nil)
+	logf("converge reconciles by controller: %v", reconciles)
 
 	// Tear down as a user removing nvdriver would: the controller stopped,
 	// the CR deleted (its DaemonSets and pods garbage-collected), the nodes'
