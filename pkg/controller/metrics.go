@@ -51,6 +51,13 @@ var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 }, []string{"to"})
 
+// planComputes counts the shared plan's lookups by result: a fleet at rest
+// should be all hits (docs/design.md, "Plan cache").
+var planComputes = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_plan_cache_total",
+	Help: "Lookups of the shared cluster plan, by result (hit, or miss: the plan was computed).",
+}, []string{"result"})
+
 // registryRequests counts image checks that reached a registry (a cached
 // answer is not counted), by result: the cache's promise is one per
 // distinct image per check interval, whatever the number of nodes.
@@ -64,7 +71,7 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

@@ -198,9 +198,11 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 		p := c.plan
 		snap.states, snap.owners = c.states, c.owners
 		c.mu.Unlock()
+		planComputes.WithLabelValues("hit").Inc()
 		return snap, p, nil
 	}
 	c.mu.Unlock()
+	planComputes.WithLabelValues("miss").Inc()
 	p := plan.Compute(snap.planNodes(), snap.drivers)
 	states, owners := snap.nodeLabels()
 	c.mu.Lock()

@@ -105,7 +105,8 @@ func (e *env) converge() error {
 		}
 	}
 	res.Values["converge_reconciles"] = m.sum("controller_runtime_reconcile_total", nil)
-	logf("converge reconciles by controller: %v", reconciles)
+	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses", reconciles,
+		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}))
 
 	// Tear down as a user removing nvdriver would: the controller stopped,
 	// the CR deleted (its DaemonSets and pods garbage-collected), the nodes'
