@@ -63,7 +63,6 @@ type DriverReconciler struct {
 	Images *imageGate
 
 	plans *planCache
-	pacer *statusPacer
 }
 
 // recheckMissing is how often a CR waiting for a missing object is looked at
@@ -131,21 +130,16 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	states, owners := snap.nodeLabels()
 	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure, Images: images})
 	r.eventOnImages(d, st)
-	paced, err := r.writeStatus(ctx, d, st)
-	if errors.Is(err, errStatusConflict) {
+	if err := r.writeStatus(ctx, d, st); errors.Is(err, errStatusConflict) {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	recordState(d.Name, st.State)
-	if failure != nil && !missing {
-		return ctrl.Result{}, failure // retried with backoff, which writes any counts held back
+	if after := requeueAfter(missing, images); after > 0 && (failure == nil || missing) {
+		return ctrl.Result{RequeueAfter: after}, nil
 	}
-	after := requeueAfter(missing, images)
-	if paced > 0 && (after == 0 || paced < after) {
-		after = paced // the counts held back are written then
-	}
-	return ctrl.Result{RequeueAfter: after}, nil
+	return ctrl.Result{}, failure
 }
 
 // requeueAfter is when to look at a CR again that waits for something no
@@ -315,7 +309,6 @@ func (r *DriverReconciler) finalize(ctx context.Context, d *v1alpha1.NVIDIADrive
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	forgetState(d.Name)
-	r.pacer.forget(d.UID)
 	return nil
 }
 
@@ -335,17 +328,9 @@ func (r *DriverReconciler) eventOnNewError(d *v1alpha1.NVIDIADriver, pd *plan.Dr
 	r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", pd.Error.Message)
 }
 
-// writeStatus writes the status when it changed; a change of counts only
-// waits its turn (statusPacer), and paced says how long.
-func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADriver, st v1alpha1.NVIDIADriverStatus) (paced time.Duration, err error) {
+func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADriver, st v1alpha1.NVIDIADriverStatus) error {
 	if equality.Semantic.DeepEqual(d.Status, st) {
-		return 0, nil
-	}
-	now := time.Now()
-	if onlyCountsDiffer(d.Status, st) {
-		if wait := r.pacer.wait(d.UID, "driver", now); wait > 0 {
-			return wait, nil
-		}
+		return nil
 	}
 	// With the resourceVersion as a precondition: the upgrade reconciler
 	// writes status.rollout and its condition, and a patch from a stale copy
@@ -353,12 +338,11 @@ func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADr
 	patch := client.MergeFromWithOptions(d.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	d.Status = st
 	if err := r.Client.Status().Patch(ctx, d, patch); apierrors.IsConflict(err) {
-		return 0, errStatusConflict
+		return errStatusConflict
 	} else if err != nil && !apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("writing status: %w", err)
+		return fmt.Errorf("writing status: %w", err)
 	}
-	r.pacer.wrote(d.UID, "driver", now)
-	return 0, nil
+	return nil
 }
 
 func poolName(p plan.Pool) string {

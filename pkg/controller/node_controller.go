@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -125,14 +124,6 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 			continue
 		}
 		set(c.labels, n.Name, plan.LabelOwner, want)
-		if have == "" && !running[n.Name] && n.Labels[upgrade.LabelState] == "" {
-			// A node getting its first driver, with none running: the pod the
-			// DaemonSet makes for it is the current template's, so the node is
-			// upgrade-done, written in this same patch rather than a second one
-			// by the upgrade machine (docs/design.md, "One patch per new node").
-			set(c.labels, n.Name, upgrade.LabelState, upgrade.StateDone)
-			setAnnotation(c.annotations, n.Name, upgrade.AnnotationStateSince, upgrade.Stamp(time.Now()))
-		}
 	}
 }
 

@@ -71,12 +71,8 @@ func (r *UpgradeReconciler) trackRollout(ctx context.Context, d *v1alpha1.NVIDIA
 		}
 	}
 	prev := d.Status.Rollout
-	paced, err := r.writeRollout(ctx, d, g)
-	if err != nil {
+	if err := r.writeRollout(ctx, d, g); err != nil {
 		return g, err
-	}
-	if paced > 0 && (g.WakeAt.IsZero() || now.Add(paced).Before(g.WakeAt)) {
-		g.WakeAt = now.Add(paced) // the counts held back are written then
 	}
 	if g.Halted && policy.AutoRollback {
 		first := prev == nil || prev.Phase != v1alpha1.RolloutHalted || prev.Revision != g.Status.Revision
@@ -142,9 +138,7 @@ func holdNodes(ps *pass, g upgrade.Gate) {
 // writeRollout writes status.rollout and the RolloutHalted condition when
 // they changed, with the CR's resourceVersion as a precondition (the driver
 // controller writes the rest of the status), and tells of the transitions.
-// A change of counts only waits its turn (statusPacer), and paced says how
-// long.
-func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIADriver, g upgrade.Gate) (paced time.Duration, err error) {
+func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIADriver, g upgrade.Gate) error {
 	prev := d.Status.Rollout
 	next := d.DeepCopy()
 	next.Status.Rollout = &g.Status
@@ -156,28 +150,21 @@ func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIA
 	meta.SetStatusCondition(&next.Status.Conditions, cond)
 	sortConditions(next.Status.Conditions)
 	if equality.Semantic.DeepEqual(d.Status, next.Status) {
-		return 0, nil
-	}
-	now := time.Now()
-	if onlyCountsDiffer(d.Status, next.Status) {
-		if wait := r.pacer.wait(d.UID, "rollout", now); wait > 0 {
-			return wait, nil
-		}
+		return nil
 	}
 	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(d, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
-			return 0, errStatusConflict
+			return errStatusConflict
 		}
 		if apierrors.IsNotFound(err) {
-			return 0, nil
+			return nil
 		}
-		return 0, fmt.Errorf("writing status.rollout: %w", err)
+		return fmt.Errorf("writing status.rollout: %w", err)
 	}
-	r.pacer.wrote(d.UID, "rollout", now)
 	r.rolloutEvents(d, prev, &g.Status)
 	d.Status = next.Status
 	d.ResourceVersion = next.ResourceVersion
-	return 0, nil
+	return nil
 }
 
 // rolloutEvents tells of a rollout's turning points, each once.

@@ -268,20 +268,20 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
 	})
 
-	plans, pacer := &planCache{}, &statusPacer{}
+	plans := &planCache{}
 	images, err := opts.imageGate(mgr.GetAPIReader())
 	if err != nil {
 		return err
 	}
-	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, Images: images, plans: plans, pacer: pacer}
+	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, Images: images, plans: plans}
 	// A CR's change can move nodes to or from others (default fallback,
 	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("nvidiadriver").
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionPredicate()))).
 		Watches(&v1alpha1.NVIDIADriver{}, allDrivers, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&appsv1.DaemonSet{}, batched(driverOfDS)).
-		Watches(&corev1.Node{}, batched(nodeToDrivers(c)), builder.WithPredicates(nodeChanged(c))).
+		Watches(&appsv1.DaemonSet{}, driverOfDS).
+		Watches(&corev1.Node{}, nodeToDrivers(c), builder.WithPredicates(nodeChanged(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(dr); err != nil {
 		return err
@@ -290,7 +290,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	nodesKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{nodeLabelsKey}
 	})
-	if err := setupUpgrades(mgr, opts, driverOfDS, pacer); err != nil {
+	if err := setupUpgrades(mgr, opts, driverOfDS); err != nil {
 		return err
 	}
 	if err := setupDriverPodObjects(mgr, opts.Namespace); err != nil {
@@ -298,7 +298,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
-		Watches(&corev1.Node{}, batched(nodesKey), builder.WithPredicates(nodeChanged(c))).
+		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
 		Complete(&NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans})
 }
@@ -429,7 +429,7 @@ func deletionPredicate() predicate.Funcs {
 
 // setupUpgrades registers the upgrade machine: it runs per CR, woken by its
 // nodes, its driver pods and its DaemonSets.
-func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler, pacer *statusPacer) error {
+func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler) error {
 	c := mgr.GetClient()
 	pods, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
@@ -477,9 +477,9 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		// reconciler catching up with a spec: the rollout holds its nodes
 		// until then (trackRollout) and sets no timer.
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()))).
-		Watches(&corev1.Node{}, batched(ownerOfNode), builder.WithPredicates(nodeMatters)).
-		Watches(&corev1.Pod{}, batched(ownerOfPod)).
-		Watches(&appsv1.DaemonSet{}, batched(driverOfDS)).
+		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
+		Watches(&corev1.Pod{}, ownerOfPod).
+		Watches(&appsv1.DaemonSet{}, driverOfDS).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer})
+		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts})
 }

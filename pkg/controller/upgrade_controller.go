@@ -94,8 +94,6 @@ type UpgradeReconciler struct {
 	Recorder events.EventRecorder
 	Options  Options
 	Now      func() time.Time
-
-	pacer *statusPacer
 }
 
 // Reconcile implements reconcile.Reconciler.
