@@ -63,7 +63,7 @@ func fromCordon(d *Decision, n Node, p Policy, now time.Time) {
 	d.Actions = append(d.Actions, ActCordon)
 	d.To = StateWaitForJobs
 	if p.WaitForJobsSelector != "" {
-		d.Annotations[AnnotationWaitStart] = Stamp(now)
+		d.Annotations[AnnotationWaitStart] = stamp(now)
 	}
 }
 
@@ -81,7 +81,7 @@ func fromWaitForJobs(d *Decision, n Node, p Policy, now time.Time) {
 		d.To = StatePodDeletion
 		d.Annotations[AnnotationWaitStart] = ""
 	} else if !ok {
-		d.Annotations[AnnotationWaitStart] = Stamp(now)
+		d.Annotations[AnnotationWaitStart] = stamp(now)
 	}
 }
 
@@ -184,7 +184,7 @@ func fromPodRestart(d *Decision, n Node, p Policy, now time.Time) {
 	case pod.Ready:
 		d.To = StateValidation
 		if _, ok := startedAt(n, AnnotationValidationStart); !ok {
-			d.Annotations[AnnotationValidationStart] = Stamp(now)
+			d.Annotations[AnnotationValidationStart] = stamp(now)
 		}
 	case pod.Restarts > maxDriverPodRestarts:
 		fail(d, p, fmt.Sprintf("the new driver pod %s restarted %d times without becoming Ready", pod.Name, pod.Restarts))
@@ -209,7 +209,7 @@ func fromValidation(d *Decision, n Node, p Policy, now time.Time) {
 	}
 	start, ok := startedAt(n, AnnotationValidationStart)
 	if !ok {
-		d.Annotations[AnnotationValidationStart] = Stamp(now)
+		d.Annotations[AnnotationValidationStart] = stamp(now)
 		return
 	}
 	if now.Sub(start) >= p.ValidationTimeout {

@@ -335,7 +335,7 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 	for i := range out {
 		// Written with the state, in the same patch: no request of its own.
 		if d := &out[i]; d.From != d.To {
-			d.Annotations[AnnotationStateSince] = Stamp(now)
+			d.Annotations[AnnotationStateSince] = stamp(now)
 			if d.To == StateUnknown {
 				d.Annotations[AnnotationStateSince] = ""
 			}
@@ -366,15 +366,14 @@ func startedAt(n Node, key string) (time.Time, bool) {
 	return time.Unix(sec, 0), true
 }
 
-// Stamp is how the machine writes a time into a node annotation (Unix seconds).
-func Stamp(now time.Time) string { return strconv.FormatInt(now.Unix(), 10) }
+func stamp(now time.Time) string { return strconv.FormatInt(now.Unix(), 10) }
 
 // clock is how long the step timed by the annotation key has run; a step not
 // started yet starts now (and has run for 0).
 func clock(d *Decision, n Node, key string, now time.Time) time.Duration {
 	start, ok := startedAt(n, key)
 	if !ok {
-		d.Annotations[key] = Stamp(now)
+		d.Annotations[key] = stamp(now)
 		return 0
 	}
 	return now.Sub(start)

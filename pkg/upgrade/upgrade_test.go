@@ -348,7 +348,7 @@ func TestRunBy(t *testing.T) {
 func TestTimeoutNamesTheEvictionRefusal(t *testing.T) {
 	now := time.Now()
 	n := Node{Name: "n", State: StatePodDeletion, GPUPods: 1, Unschedulable: true,
-		Annotations:     map[string]string{AnnotationDeletionStart: Stamp(now.Add(-10 * time.Minute))},
+		Annotations:     map[string]string{AnnotationDeletionStart: stamp(now.Add(-10 * time.Minute))},
 		EvictionRefused: "eviction of ml/job-0 refused: The disruption budget job-pdb needs 1 healthy pods and has 1 currently"}
 	d := Decide([]Node{n}, PolicyFor(&v1alpha1.NVIDIADriverSpec{}), now)[0]
 	if d.To != StateFailed || !strings.Contains(d.Reason, "after 5m0s of eviction (eviction of ml/job-0 refused: The disruption budget job-pdb needs") ||
