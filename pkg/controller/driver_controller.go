@@ -63,6 +63,7 @@ type DriverReconciler struct {
 	Images *imageGate
 
 	plans *planCache
+	pacer *statusPacer
 }
 
 // recheckMissing is how often a CR waiting for a missing object is looked at
@@ -130,16 +131,21 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	states, owners := snap.nodeLabels()
 	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure, Images: images})
 	r.eventOnImages(d, st)
-	if err := r.writeStatus(ctx, d, st); errors.Is(err, errStatusConflict) {
+	paced, err := r.writeStatus(ctx, d, st)
+	if errors.Is(err, errStatusConflict) {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	recordState(d.Name, st.State)
-	if after := requeueAfter(missing, images); after > 0 && (failure == nil || missing) {
-		return ctrl.Result{RequeueAfter: after}, nil
+	if failure != nil && !missing {
+		return ctrl.Result{}, failure // retried with backoff, which writes any counts held back
 	}
-	return ctrl.Result{}, failure
+	after := requeueAfter(missing, images)
+	if paced > 0 && (after == 0 || paced < after) {
+		after = paced // the counts held back are written then
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // requeueAfter is when to look at a CR again that waits for something no
@@ -309,6 +315,7 @@ func (r *DriverReconciler) finalize(ctx context.Context, d *v1alpha1.NVIDIADrive
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	forgetState(d.Name)
+	r.pacer.forget(d.UID)
 	return nil
 }
 
@@ -328,9 +335,18 @@ func (r *DriverReconciler) eventOnNewError(d *v1alpha1.NVIDIADriver, pd *plan.Dr
 	r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", pd.Error.Message)
 }
 
-func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADriver, st v1alpha1.NVIDIADriverStatus) error {
+// writeStatus writes the status when it changed; a change of counts only
+// waits its turn (statusPacer), and paced says how long.
+func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADriver, st v1alpha1.NVIDIADriverStatus) (paced time.Duration, err error) {
 	if equality.Semantic.DeepEqual(d.Status, st) {
-		return nil
+		return 0, nil
+	}
+	now := time.Now()
+	if mayWait(d.Status, st) {
+		if wait := r.pacer.wait(d.UID, writerDriver, now); wait > 0 {
+			statusWrites.WithLabelValues(writerDriver, "paced").Inc()
+			return wait, nil
+		}
 	}
 	// With the resourceVersion as a precondition: the upgrade reconciler
 	// writes status.rollout and its condition, and a patch from a stale copy
@@ -338,11 +354,14 @@ func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADr
 	patch := client.MergeFromWithOptions(d.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	d.Status = st
 	if err := r.Client.Status().Patch(ctx, d, patch); apierrors.IsConflict(err) {
-		return errStatusConflict
+		statusWrites.WithLabelValues(writerDriver, "conflict").Inc()
+		return 0, errStatusConflict
 	} else if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("writing status: %w", err)
+		return 0, fmt.Errorf("writing status: %w", err)
 	}
-	return nil
+	statusWrites.WithLabelValues(writerDriver, "written").Inc()
+	r.pacer.wrote(d.UID, writerDriver, now)
+	return 0, nil
 }
 
 func poolName(p plan.Pool) string {

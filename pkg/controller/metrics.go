@@ -51,6 +51,15 @@ var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 }, []string{"to"})
 
+// statusWrites counts the status writes of each writer (driver: the pools,
+// conditions and state; rollout: the upgrade machine's status.rollout) by
+// result: written, conflict (the CR changed under the writer, retried), or
+// paced (counts only, held for statusEvery).
+var statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_status_writes_total",
+	Help: "Status writes by writer (driver, rollout) and result (written, conflict, paced).",
+}, []string{"writer", "result"})
+
 // planComputes counts the shared plan's lookups by result: a fleet at rest
 // should be all hits (docs/design.md, "Plan cache").
 var planComputes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -71,7 +80,7 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

@@ -28,6 +28,14 @@ type NodeLabeler struct {
 	Namespace string
 
 	plans *planCache
+
+	// written maps a node this labeller patched to the resourceVersion it had
+	// before, until the cache shows a later one: a pass that ran on the
+	// older copy would patch the node again with what it already holds
+	// (one node write in ten, while a fleet comes up). Like the upgrade
+	// machine's, these are kube's "expectations".
+	writtenMu sync.Mutex
+	written   map[string]string
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -50,7 +58,53 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 	}
 	c.releaseLeftNodes(snap, p)
 	c.moveOwners(ctx, snap, nodes, p, running)
-	return ctrl.Result{}, r.patchNodes(ctx, c)
+	if behind := r.holdBehind(snap, c); behind {
+		// Our own write is on its way to the cache; its event wakes a pass,
+		// but not always (an annotation alone is filtered), so look again.
+		return ctrl.Result{RequeueAfter: cacheCatchUp}, r.patchNodes(ctx, c, snap)
+	}
+	return ctrl.Result{}, r.patchNodes(ctx, c, snap)
+}
+
+// holdBehind drops the changes of nodes whose cached copy is still the one
+// from before our last patch of them, and forgets the nodes the cache has
+// caught up on. It reports whether any node was held.
+func (r *NodeLabeler) holdBehind(snap *snapshot, c *nodeChanges) bool {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	held := false
+	for i := range snap.nodes {
+		n := &snap.nodes[i]
+		pre, ok := r.written[n.Name]
+		if !ok {
+			continue
+		}
+		if n.ResourceVersion != pre {
+			delete(r.written, n.Name)
+			continue
+		}
+		if c.labels[n.Name] != nil || c.annotations[n.Name] != nil || c.uncordon[n.Name] {
+			delete(c.labels, n.Name)
+			delete(c.annotations, n.Name)
+			delete(c.uncordon, n.Name)
+			held = true
+		}
+	}
+	return held
+}
+
+func (r *NodeLabeler) wrote(node, pre, post string) {
+	if post == pre { // nothing changed: no event will come
+		return
+	}
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	if r.written == nil {
+		r.written = map[string]string{}
+	}
+	if _, ok := r.written[node]; !ok { // keep the oldest: the cache must pass it
+		r.written[node] = pre
+	}
 }
 
 // nodeChanges are the label and annotation changes per node (nil = remove)
@@ -127,7 +181,14 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 	}
 }
 
-func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges) error {
+func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snapshot) error {
+	pre := make(map[string]string, len(c.labels))
+	for i := range snap.nodes {
+		n := &snap.nodes[i]
+		if c.labels[n.Name] != nil || c.annotations[n.Name] != nil {
+			pre[n.Name] = n.ResourceVersion
+		}
+	}
 	var firstErr error
 	for name := range c.annotations {
 		if c.labels[name] == nil {
@@ -165,6 +226,10 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges) error {
 						firstErr = fmt.Errorf("labelling node %s: %w", name, err)
 					}
 					mu.Unlock()
+					continue
+				}
+				if p, ok := pre[name]; ok {
+					r.wrote(name, p, node.ResourceVersion)
 				}
 			}
 		}()

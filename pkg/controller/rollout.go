@@ -71,8 +71,12 @@ func (r *UpgradeReconciler) trackRollout(ctx context.Context, d *v1alpha1.NVIDIA
 		}
 	}
 	prev := d.Status.Rollout
-	if err := r.writeRollout(ctx, d, g); err != nil {
+	paced, err := r.writeRollout(ctx, d, g)
+	if err != nil {
 		return g, err
+	}
+	if paced > 0 && (g.WakeAt.IsZero() || now.Add(paced).Before(g.WakeAt)) {
+		g.WakeAt = now.Add(paced) // the counts held back are written then
 	}
 	if g.Halted && policy.AutoRollback {
 		first := prev == nil || prev.Phase != v1alpha1.RolloutHalted || prev.Revision != g.Status.Revision
@@ -138,7 +142,10 @@ func holdNodes(ps *pass, g upgrade.Gate) {
 // writeRollout writes status.rollout and the RolloutHalted condition when
 // they changed, with the CR's resourceVersion as a precondition (the driver
 // controller writes the rest of the status), and tells of the transitions.
-func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIADriver, g upgrade.Gate) error {
+//
+// Counts alone with no node in flight (nodes joining a rollout that is not
+// moving) wait their turn (statusPacer), and paced says how long.
+func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIADriver, g upgrade.Gate) (paced time.Duration, err error) {
 	prev := d.Status.Rollout
 	next := d.DeepCopy()
 	next.Status.Rollout = &g.Status
@@ -150,21 +157,31 @@ func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIA
 	meta.SetStatusCondition(&next.Status.Conditions, cond)
 	sortConditions(next.Status.Conditions)
 	if equality.Semantic.DeepEqual(d.Status, next.Status) {
-		return nil
+		return 0, nil
+	}
+	now := time.Now()
+	if mayWait(d.Status, next.Status) {
+		if wait := r.pacer.wait(d.UID, writerRollout, now); wait > 0 {
+			statusWrites.WithLabelValues(writerRollout, "paced").Inc()
+			return wait, nil
+		}
 	}
 	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(d, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
-			return errStatusConflict
+			statusWrites.WithLabelValues(writerRollout, "conflict").Inc()
+			return 0, errStatusConflict
 		}
 		if apierrors.IsNotFound(err) {
-			return nil
+			return 0, nil
 		}
-		return fmt.Errorf("writing status.rollout: %w", err)
+		return 0, fmt.Errorf("writing status.rollout: %w", err)
 	}
+	statusWrites.WithLabelValues(writerRollout, "written").Inc()
+	r.pacer.wrote(d.UID, writerRollout, now)
 	r.rolloutEvents(d, prev, &g.Status)
 	d.Status = next.Status
 	d.ResourceVersion = next.ResourceVersion
-	return nil
+	return 0, nil
 }
 
 // rolloutEvents tells of a rollout's turning points, each once.

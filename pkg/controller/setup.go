@@ -268,12 +268,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
 	})
 
-	plans := &planCache{}
+	plans, pacer := &planCache{}, &statusPacer{}
 	images, err := opts.imageGate(mgr.GetAPIReader())
 	if err != nil {
 		return err
 	}
-	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, Images: images, plans: plans}
+	dr := &DriverReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, Images: images, plans: plans, pacer: pacer}
 	// A CR's change can move nodes to or from others (default fallback,
 	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
 	if err := ctrl.NewControllerManagedBy(mgr).
@@ -290,7 +290,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	nodesKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{nodeLabelsKey}
 	})
-	if err := setupUpgrades(mgr, opts, driverOfDS); err != nil {
+	if err := setupUpgrades(mgr, opts, driverOfDS, pacer); err != nil {
 		return err
 	}
 	if err := setupDriverPodObjects(mgr, opts.Namespace); err != nil {
@@ -429,7 +429,7 @@ func deletionPredicate() predicate.Funcs {
 
 // setupUpgrades registers the upgrade machine: it runs per CR, woken by its
 // nodes, its driver pods and its DaemonSets.
-func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler) error {
+func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler, pacer *statusPacer) error {
 	c := mgr.GetClient()
 	pods, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
@@ -478,8 +478,8 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		// until then (trackRollout) and sets no timer.
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()))).
 		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
-		Watches(&corev1.Pod{}, ownerOfPod).
-		Watches(&appsv1.DaemonSet{}, driverOfDS).
+		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters())).
+		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts})
+		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer})
 }

@@ -94,6 +94,8 @@ type UpgradeReconciler struct {
 	Recorder events.EventRecorder
 	Options  Options
 	Now      func() time.Time
+
+	pacer *statusPacer
 }
 
 // Reconcile implements reconcile.Reconciler.

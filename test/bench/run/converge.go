@@ -105,6 +105,13 @@ func (e *env) converge() error {
 		}
 	}
 	res.Values["converge_reconciles"] = m.sum("controller_runtime_reconcile_total", nil)
+	statuses := map[string]float64{}
+	for _, s := range m {
+		if s.name == "nvdriver_status_writes_total" {
+			statuses[s.labels["writer"]+" "+s.labels["result"]] += s.value
+		}
+	}
+	logf("converge status writes by writer and result: %v", statuses)
 	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses", reconciles,
 		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}))
 

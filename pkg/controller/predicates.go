@@ -1,0 +1,83 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// What wakes the upgrade machine (docs/design.md, "What wakes a pass"). Each
+// pass reads all of a CR's nodes, so a pass for an update that changed
+// nothing the machine reads is O(nodes) spent for nothing, and while a fleet
+// comes up such updates arrive faster than passes end.
+
+// driverPodMatters passes driver pod updates that change what the machine
+// reads of a pod. The cache keeps exactly that (trimPod), so two cached
+// versions that differ only in resourceVersion are, to the machine, the
+// same pod: kwok's and the kubelet's status updates of fields trimPod drops
+// (IPs, start times, other conditions) arrive as such pairs.
+func driverPodMatters() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !samePodToMachine(o, n)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// samePodToMachine compares what trimPod keeps, resourceVersion aside.
+func samePodToMachine(o, n *corev1.Pod) bool {
+	om, nm := o.ObjectMeta, n.ObjectMeta
+	om.ResourceVersion, nm.ResourceVersion = "", ""
+	om.ManagedFields, nm.ManagedFields = nil, nil
+	return equality.Semantic.DeepEqual(om, nm) &&
+		o.Spec.NodeName == n.Spec.NodeName &&
+		equality.Semantic.DeepEqual(o.Spec.Containers, n.Spec.Containers) &&
+		o.Status.Phase == n.Status.Phase &&
+		podIsReady(o) == podIsReady(n) &&
+		equality.Semantic.DeepEqual(restartsAndReadiness(o), restartsAndReadiness(n))
+}
+
+// restartsAndReadiness is each container's name, restart count and readiness.
+func restartsAndReadiness(p *corev1.Pod) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range statuses {
+			out = append(out, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount, Ready: c.Ready})
+		}
+	}
+	return out
+}
+
+// daemonSetMattersToUpgrade passes DaemonSet updates that change what the
+// machine reads of a DaemonSet: its template (the config digest), its
+// template generation annotation, its owner, and whether the DaemonSet
+// controller has observed its generation (only then is its newest revision's
+// hash trusted). The DaemonSet controller rewrites the status counts each
+// time a pod becomes ready — once per node while a fleet comes up — and the
+// machine reads none of them: the pods themselves wake it.
+func daemonSetMattersToUpgrade() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*appsv1.DaemonSet)
+			n, ok2 := e.ObjectNew.(*appsv1.DaemonSet)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.Generation != n.Generation ||
+				o.Status.ObservedGeneration != n.Status.ObservedGeneration ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+				!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+				!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

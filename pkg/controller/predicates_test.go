@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/nvdriver/nvdriver/pkg/render"
+)
+
+func rawDriverPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "nvidia-gpu-driver-ubuntu22.04-x", Namespace: "gpu-operator", ResourceVersion: "10",
+			Labels:          map[string]string{"controller-revision-hash": "abc", "pod-template-generation": "1"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds", UID: "u", Controller: boolPtr(true)}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "nvidia-driver-ctr",
+			Image: "nvcr.io/nvidia/driver:550", Env: []corev1.EnvVar{{Name: render.ConfigDigestEnv, Value: "d1"}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "nvidia-driver-ctr", Ready: true, RestartCount: 0, ImageID: "sha256:1"}}},
+	}
+}
+
+func boolPtr(b bool) *bool { return &b }
+
+// The pod predicate drops exactly the updates trimPod makes invisible, and
+// passes every change of a field the machine reads: the cases run through
+// trimPod as the cache does.
+func TestDriverPodMatters(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*corev1.Pod)
+		want   bool
+	}{
+		{"only the resourceVersion", func(*corev1.Pod) {}, false},
+		{"pod IP", func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.2" }, false},
+		{"another condition", func(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }, false},
+		{"image ID", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].ImageID = "sha256:2" }, false},
+		{"ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+		{"container ready", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].Ready = false }, true},
+		{"restart", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 1 }, true},
+		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"deleting", func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }, true},
+		{"revision label", func(p *corev1.Pod) { p.Labels["controller-revision-hash"] = "def" }, true},
+		{"bound to a node", func(p *corev1.Pod) { p.Spec.NodeName = "n2" }, true},
+		{"config digest", func(p *corev1.Pod) { p.Spec.Containers[0].Env[0].Value = "d2" }, true},
+		{"owner", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "v" }, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			old, cur := rawDriverPod(), rawDriverPod()
+			cur.ResourceVersion = "11"
+			c.mutate(cur)
+			to, _ := trimPod(old)
+			tn, _ := trimPod(cur)
+			got := driverPodMatters().Update(event.UpdateEvent{ObjectOld: to.(*corev1.Pod), ObjectNew: tn.(*corev1.Pod)})
+			if got != c.want {
+				t.Errorf("update passed = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDaemonSetMattersToUpgrade(t *testing.T) {
+	base := func() *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "ds", Generation: 2, ResourceVersion: "5",
+				Annotations: map[string]string{templateGenerationAnnotation: "2"}, Labels: map[string]string{"app": "x"}},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 10, NumberReady: 3},
+		}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*appsv1.DaemonSet)
+		want   bool
+	}{
+		{"a pod became ready", func(d *appsv1.DaemonSet) { d.Status.NumberReady = 4; d.Status.NumberAvailable = 4 }, false},
+		{"new template", func(d *appsv1.DaemonSet) { d.Generation = 3 }, true},
+		{"generation observed", func(d *appsv1.DaemonSet) { d.Status.ObservedGeneration = 3 }, true},
+		{"template generation annotation", func(d *appsv1.DaemonSet) { d.Annotations[templateGenerationAnnotation] = "3" }, true},
+		{"label", func(d *appsv1.DaemonSet) { d.Labels["app"] = "y" }, true},
+		{"owner", func(d *appsv1.DaemonSet) {
+			d.OwnerReferences = []metav1.OwnerReference{{Kind: "NVIDIADriver", Name: "other", UID: "w"}}
+		}, true},
+		{"deleting", func(d *appsv1.DaemonSet) { now := metav1.Now(); d.DeletionTimestamp = &now }, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			old, cur := base(), base()
+			cur.ResourceVersion = "6"
+			c.mutate(cur)
+			if got := daemonSetMattersToUpgrade().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != c.want {
+				t.Errorf("update passed = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
