@@ -60,6 +60,14 @@ var statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Status writes by writer (driver, rollout) and result (written, conflict, paced).",
 }, []string{"writer", "result"})
 
+// passesDeferred counts the reconciles put back because their object had a
+// pass less than passEvery ago (gated): the work they would have done joins
+// that later pass.
+var passesDeferred = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_passes_deferred_total",
+	Help: "Reconciles deferred to the next pass interval of their object, by controller.",
+}, []string{"controller"})
+
 // planComputes counts the shared plan's lookups by result: a fleet at rest
 // should be all hits (docs/design.md, "Plan cache").
 var planComputes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -80,7 +88,7 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites, passesDeferred)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

@@ -283,7 +283,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&appsv1.DaemonSet{}, driverOfDS).
 		Watches(&corev1.Node{}, nodeToDrivers(c), builder.WithPredicates(nodeChanged(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(dr); err != nil {
+		Complete(gate("nvidiadriver", dr)); err != nil {
 		return err
 	}
 
@@ -300,7 +300,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Named("node-labels").
 		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
-		Complete(&NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans})
+		Complete(gate("node-labels", &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}))
 }
 
 // registerIndexes adds the cache indexes the reconcilers look objects up by:
@@ -481,5 +481,5 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters())).
 		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(&UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer})
+		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer}))
 }

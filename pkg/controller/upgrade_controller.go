@@ -147,6 +147,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	holdUntilObserved(ps)
 	res, err := r.carryOut(ctx, d, ps, policy, now, passStart)
 	if !gate.WakeAt.IsZero() {
 		// A bake time ends: nothing else would wake the rollout then.
@@ -156,6 +157,22 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	return res, err
+}
+
+// holdUntilObserved keeps a node from starting its upgrade while its
+// driver pod's DaemonSet has a template the DaemonSet controller has not
+// observed: until then the revision hash that says whether the pod already
+// runs the template is not known, and after an undo a node that never left
+// the template would be cordoned and restarted for nothing. The DaemonSet's
+// observedGeneration moving wakes the next pass. Moves are not held: the pod
+// there is the driver being replaced.
+func holdUntilObserved(ps *pass) {
+	for i := range ps.inputs {
+		in := &ps.inputs[i]
+		if in.State == upgrade.StateRequired && in.Held == "" && in.MoveTo() == "" && in.DriverPod != nil && in.DriverPod.TemplatePending {
+			in.Held = "the DaemonSet controller has not yet observed the new template"
+		}
+	}
 }
 
 // pass is what one pass of the machine observed: its inputs per node, the

@@ -43,13 +43,15 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	digest := map[types.UID]string{}
 	hash := map[types.UID]string{}
 	foreign := map[types.UID]bool{}
+	pending := map[types.UID]bool{}
 	for _, ds := range dss.Items {
 		ref := metav1.GetControllerOf(&ds)
 		switch {
 		case ref != nil && ref.UID == d.UID:
 			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
 			digest[ds.UID] = render.PodConfigDigest(&ds.Spec.Template.Spec)
-			if ds.Status.ObservedGeneration >= ds.Generation {
+			pending[ds.UID] = ds.Status.ObservedGeneration < ds.Generation
+			if !pending[ds.UID] {
 				h, err := r.currentHash(ctx, ds.UID)
 				if err != nil {
 					return nil, nil, err
@@ -106,7 +108,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		pd := render.PodConfigDigest(&p.Spec)
 		restartOnly := !inSync && pd != "" && pd == digest[ref.UID]
 		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync, RestartOnly: restartOnly,
-			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil}
+			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil, TemplatePending: pending[ref.UID]}
 		for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 			for i := range statuses {
 				dp.Restarts = max(dp.Restarts, statuses[i].RestartCount)

@@ -93,6 +93,10 @@ type DriverPod struct {
 	// digest (labels, annotations, tolerations, probes ... changed): NVIDIA's
 	// driver container skips the unload, so GPU jobs need not leave.
 	RestartOnly bool
+	// TemplatePending: the pod's DaemonSet has a template the DaemonSet
+	// controller has not observed yet, so whether the pod is in sync is not
+	// known (an undo may have brought back the very template it runs).
+	TemplatePending bool
 }
 
 // Node is one node of the CR with everything its transition depends on.

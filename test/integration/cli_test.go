@@ -230,8 +230,9 @@ func TestAssignCreatesLabelsAndRefusesConflicts(t *testing.T) {
 	// make both select it. assign refuses and writes nothing.
 	labelled := &corev1.Node{}
 	_ = k8s.Get(context.Background(), client.ObjectKey{Name: "as-2"}, labelled)
+	before := labelled.DeepCopy() // a patch: the controller writes nodes too
 	labelled.Labels["team"] = "x"
-	if err := k8s.Update(context.Background(), labelled); err != nil {
+	if err := k8s.Patch(context.Background(), labelled, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 	if err := k8s.Create(context.Background(), nvd("as-all", `{"version": "535.104.12", "nodeSelector": {"team": "x"}}`)); err != nil {
@@ -420,6 +421,13 @@ func TestInvalidInvocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteDriver(t, "bad-existing"); deleteDriver(t, "bad-default") })
+	// Some cases read the owner the controller gives bad-0.
+	eventually(t, "bad-0 owned by the default", func() error {
+		if got := nodeOwner(t, "bad-0"); got != "bad-default" {
+			return fmt.Errorf("owner %q", got)
+		}
+		return nil
+	})
 	cases := []struct {
 		args []string
 		code int

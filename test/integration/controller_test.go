@@ -377,8 +377,9 @@ func TestControllerPoolsPrecompiledAndStaleRemoval(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "pc-b"}, n); err != nil {
 		t.Fatal(err)
 	}
+	pre := n.DeepCopy() // a patch: the controller writes nodes too
 	n.Labels[plan.LabelKernel] = "5.15.0-84-generic"
-	if err := k8s.Update(ctx, n); err != nil {
+	if err := k8s.Patch(ctx, n, client.MergeFrom(pre)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the stale kernel pool's DaemonSet to be deleted", func() error {
@@ -426,8 +427,9 @@ func TestControllerConflictIsScoped(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "cf-both"}, n); err != nil {
 		t.Fatal(err)
 	}
+	pre := n.DeepCopy() // a patch: the controller writes nodes too
 	n.Labels["cf-b"] = "1"
-	if err := k8s.Update(ctx, n); err != nil {
+	if err := k8s.Patch(ctx, n, client.MergeFrom(pre)); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"cf-a", "cf-b"} {

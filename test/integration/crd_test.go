@@ -43,12 +43,12 @@ func decodeAll(t *testing.T, path string) []*unstructured.Unstructured {
 	return out
 }
 
+// cleanup deletes the CRs and waits until they are gone (the controller's
+// finalizer runs first), so the next test may create the same names.
 func cleanup(t *testing.T, names ...string) {
 	t.Helper()
 	for _, n := range names {
-		d := &v1alpha1.NVIDIADriver{}
-		d.Name = n
-		_ = k8s.Delete(context.Background(), d)
+		deleteDriver(t, n)
 	}
 }
 

@@ -105,8 +105,10 @@ func TestPluginChecksImages(t *testing.T) {
 	}
 	// Run again on a CR already at the missing version: it says so again
 	// (exit 3 under --dry-run), not just "unchanged".
+	// A patch, not an update: the controller may be adding its finalizer.
+	before := got.DeepCopy()
 	got.Spec.Version = "560.35.03"
-	if err := k8s.Update(ctx, got); err != nil {
+	if err := k8s.Patch(ctx, got, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut = plugin(t, "", "upgrade", "ic-open", "--to", "560.35.03", "--dry-run=server", "--check-images")

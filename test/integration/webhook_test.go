@@ -155,8 +155,9 @@ func TestWebhookRefusesWhatThePlanRefuses(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "wh-1"}, n); err != nil {
 		t.Fatal(err)
 	}
+	pre := n.DeepCopy() // a patch: the controller writes nodes too
 	n.Labels["team"] = "ml"
-	if err := k8s.Update(ctx, n); err != nil {
+	if err := k8s.Patch(ctx, n, client.MergeFrom(pre)); err != nil {
 		t.Fatal(err)
 	}
 	seen(t, c, n)

@@ -112,6 +112,13 @@ func (e *env) converge() error {
 		}
 	}
 	logf("converge status writes by writer and result: %v", statuses)
+	deferred := map[string]float64{}
+	for _, s := range m {
+		if s.name == "nvdriver_passes_deferred_total" {
+			deferred[s.labels["controller"]] += s.value
+		}
+	}
+	logf("converge reconciles deferred to their next pass interval (counted in the reconciles): %v", deferred)
 	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses", reconciles,
 		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}))
 
