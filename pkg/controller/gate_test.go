@@ -25,7 +25,9 @@ func TestGateRunsOnePassPerInterval(t *testing.T) {
 	g := gate("test", inner)
 	clock := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 	g.now = func() time.Time { return clock }
-	req := func(name string) ctrl.Request { return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}} }
+	req := func(name string) ctrl.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
+	}
 
 	var deferred []time.Duration
 	for i := 0; i < 50; i++ {
