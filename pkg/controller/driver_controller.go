@@ -342,11 +342,8 @@ func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADr
 		return 0, nil
 	}
 	now := time.Now()
-	if mayWait(d.Status, st) {
-		if wait := r.pacer.wait(d.UID, writerDriver, now); wait > 0 {
-			statusWrites.WithLabelValues(writerDriver, "paced").Inc()
-			return wait, nil
-		}
+	if wait := r.pacer.holdBack(d.UID, writerDriver, d.Status, st, now); wait > 0 {
+		return wait, nil
 	}
 	// With the resourceVersion as a precondition: the upgrade reconciler
 	// writes status.rollout and its condition, and a patch from a stale copy
@@ -359,8 +356,7 @@ func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADr
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("writing status: %w", err)
 	}
-	statusWrites.WithLabelValues(writerDriver, "written").Inc()
-	r.pacer.wrote(d.UID, writerDriver, now)
+	r.pacer.written(d.UID, writerDriver, now)
 	return 0, nil
 }
 

@@ -29,13 +29,10 @@ type NodeLabeler struct {
 
 	plans *planCache
 
-	// written maps a node this labeller patched to the resourceVersion it had
-	// before, until the cache shows a later one: a pass that ran on the
-	// older copy would patch the node again with what it already holds
-	// (one node write in ten, while a fleet comes up). Like the upgrade
-	// machine's, these are kube's "expectations".
-	writtenMu sync.Mutex
-	written   map[string]string
+	// written: the nodes this labeller patched, until the cache has seen
+	// our write (ownWrites): a pass on the older copy would patch the node
+	// again (one node write in ten, while a fleet comes up).
+	written ownWrites
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -67,44 +64,18 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 }
 
 // holdBehind drops the changes of nodes whose cached copy is still the one
-// from before our last patch of them, and forgets the nodes the cache has
-// caught up on. It reports whether any node was held.
+// from before our last patch of them. It reports whether any node was held.
 func (r *NodeLabeler) holdBehind(snap *snapshot, c *nodeChanges) bool {
-	r.writtenMu.Lock()
-	defer r.writtenMu.Unlock()
 	held := false
-	for i := range snap.nodes {
-		n := &snap.nodes[i]
-		pre, ok := r.written[n.Name]
-		if !ok {
-			continue
-		}
-		if n.ResourceVersion != pre {
-			delete(r.written, n.Name)
-			continue
-		}
-		if c.labels[n.Name] != nil || c.annotations[n.Name] != nil || c.uncordon[n.Name] {
-			delete(c.labels, n.Name)
-			delete(c.annotations, n.Name)
-			delete(c.uncordon, n.Name)
+	for name := range r.written.behind(snap.nodes) {
+		if c.labels[name] != nil || c.annotations[name] != nil || c.uncordon[name] {
+			delete(c.labels, name)
+			delete(c.annotations, name)
+			delete(c.uncordon, name)
 			held = true
 		}
 	}
 	return held
-}
-
-func (r *NodeLabeler) wrote(node, pre, post string) {
-	if post == pre { // nothing changed: no event will come
-		return
-	}
-	r.writtenMu.Lock()
-	defer r.writtenMu.Unlock()
-	if r.written == nil {
-		r.written = map[string]string{}
-	}
-	if _, ok := r.written[node]; !ok { // keep the oldest: the cache must pass it
-		r.written[node] = pre
-	}
 }
 
 // nodeChanges are the label and annotation changes per node (nil = remove)
@@ -229,7 +200,7 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 					continue
 				}
 				if p, ok := pre[name]; ok {
-					r.wrote(name, p, node.ResourceVersion)
+					r.written.wrote(name, p, node.ResourceVersion)
 				}
 			}
 		}()

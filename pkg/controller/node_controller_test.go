@@ -22,8 +22,8 @@ func TestLabellerWaitsForItsOwnWrite(t *testing.T) {
 		return c
 	}
 	r := &NodeLabeler{}
-	r.wrote("n1", "5", "6")
-	r.wrote("n1", "6", "7") // the oldest is kept: the cache must pass it
+	r.written.wrote("n1", "5", "6")
+	r.written.wrote("n1", "6", "7") // the oldest is kept: the cache must pass it
 
 	c := changes()
 	if !r.holdBehind(&snapshot{nodes: []corev1.Node{node("5")}}, c) {
@@ -40,12 +40,12 @@ func TestLabellerWaitsForItsOwnWrite(t *testing.T) {
 	if c.labels["n1"] == nil {
 		t.Error("cache past our patch: the node's changes were dropped")
 	}
-	if len(r.written) != 0 {
-		t.Errorf("a node the cache caught up on is still remembered: %v", r.written)
+	if len(r.written.pre) != 0 {
+		t.Errorf("a node the cache caught up on is still remembered: %v", r.written.pre)
 	}
 
-	r.wrote("n1", "7", "7") // a patch that changed nothing: no event will come
-	if len(r.written) != 0 {
-		t.Errorf("a no-op patch was remembered: %v", r.written)
+	r.written.wrote("n1", "7", "7") // a patch that changed nothing: no event will come
+	if len(r.written.pre) != 0 {
+		t.Errorf("a no-op patch was remembered: %v", r.written.pre)
 	}
 }

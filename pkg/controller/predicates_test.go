@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/nvdriver/nvdriver/pkg/render"
-	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 func rawDriverPod() *corev1.Pod {
@@ -100,27 +99,3 @@ func TestDaemonSetMattersToUpgrade(t *testing.T) {
 	}
 }
 
-// A node waiting to start is held while its pod's DaemonSet has a template
-// the DaemonSet controller has not observed; moves and nodes already in the
-// machine are not.
-func TestHoldUntilObserved(t *testing.T) {
-	pending := &upgrade.DriverPod{Name: "p", TemplatePending: true}
-	observed := &upgrade.DriverPod{Name: "p"}
-	ps := &pass{inputs: []upgrade.Node{
-		{Name: "waiting", State: upgrade.StateRequired, DriverPod: pending},
-		{Name: "observed", State: upgrade.StateRequired, DriverPod: observed},
-		{Name: "in-flight", State: upgrade.StatePodRestart, DriverPod: pending},
-		{Name: "moving", State: upgrade.StateRequired, DriverPod: pending, Annotations: map[string]string{upgrade.AnnotationMoveTo: "other"}},
-		{Name: "held-already", State: upgrade.StateRequired, DriverPod: pending, Held: "rollout paused"},
-	}}
-	holdUntilObserved(ps)
-	want := map[string]bool{"waiting": true, "held-already": true}
-	for _, in := range ps.inputs {
-		if (in.Held != "") != want[in.Name] {
-			t.Errorf("%s: held %q", in.Name, in.Held)
-		}
-	}
-	if ps.inputs[4].Held != "rollout paused" {
-		t.Errorf("an earlier reason was overwritten: %q", ps.inputs[4].Held)
-	}
-}

@@ -160,11 +160,8 @@ func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIA
 		return 0, nil
 	}
 	now := time.Now()
-	if mayWait(d.Status, next.Status) {
-		if wait := r.pacer.wait(d.UID, writerRollout, now); wait > 0 {
-			statusWrites.WithLabelValues(writerRollout, "paced").Inc()
-			return wait, nil
-		}
+	if wait := r.pacer.holdBack(d.UID, writerRollout, d.Status, next.Status, now); wait > 0 {
+		return wait, nil
 	}
 	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(d, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
@@ -176,8 +173,7 @@ func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIA
 		}
 		return 0, fmt.Errorf("writing status.rollout: %w", err)
 	}
-	statusWrites.WithLabelValues(writerRollout, "written").Inc()
-	r.pacer.wrote(d.UID, writerRollout, now)
+	r.pacer.written(d.UID, writerRollout, now)
 	r.rolloutEvents(d, prev, &g.Status)
 	d.Status = next.Status
 	d.ResourceVersion = next.ResourceVersion

@@ -61,6 +61,27 @@ func (p *statusPacer) wrote(uid types.UID, writer string, now time.Time) {
 	p.last[pacerKey{uid, writer}] = now
 }
 
+// holdBack is how long the writer's write of the CR's status from `from` to
+// `to` must wait: 0 unless only counts a watcher may see late changed
+// (mayWait) and the writer wrote less than statusEvery ago. A held write is
+// counted.
+func (p *statusPacer) holdBack(uid types.UID, writer string, from, to v1alpha1.NVIDIADriverStatus, now time.Time) time.Duration {
+	if !mayWait(from, to) {
+		return 0
+	}
+	wait := p.wait(uid, writer, now)
+	if wait > 0 {
+		statusWrites.WithLabelValues(writer, "paced").Inc()
+	}
+	return wait
+}
+
+// written records (and counts) a status write that went through.
+func (p *statusPacer) written(uid types.UID, writer string, now time.Time) {
+	statusWrites.WithLabelValues(writer, "written").Inc()
+	p.wrote(uid, writer, now)
+}
+
 // forget drops a deleted CR's entries.
 func (p *statusPacer) forget(uid types.UID) {
 	if p == nil {

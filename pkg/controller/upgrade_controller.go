@@ -42,47 +42,14 @@ const passWorkers = 16
 // writes runs again (the watch event is usually milliseconds away).
 const cacheCatchUp = 100 * time.Millisecond
 
-// cacheBehind: some node in the cache is still the version from before our
-// last write to it. Nodes seen past that version are forgotten.
-func (r *UpgradeReconciler) cacheBehind(nodes []corev1.Node) bool {
-	r.writtenMu.Lock()
-	defer r.writtenMu.Unlock()
-	behind := false
-	for i := range nodes {
-		pre, ok := r.written[nodes[i].Name]
-		if !ok {
-			continue
-		}
-		if nodes[i].ResourceVersion == pre {
-			behind = true
-		} else {
-			delete(r.written, nodes[i].Name)
-		}
-	}
-	return behind
-}
-
-func (r *UpgradeReconciler) wrote(node, pre string) {
-	r.writtenMu.Lock()
-	defer r.writtenMu.Unlock()
-	if r.written == nil {
-		r.written = map[string]string{}
-	}
-	if _, ok := r.written[node]; !ok { // keep the oldest: the cache must pass it
-		r.written[node] = pre
-	}
-}
-
 // UpgradeReconciler carries one CR's nodes through the upgrade state machine
 // (pkg/upgrade), one CR per reconcile, so one CR's stuck node never blocks
 // another CR's rollout.
 type UpgradeReconciler struct {
-	// written maps a node this machine patched to the resourceVersion it had
-	// before: while the cache still shows that version, the cache has not seen
-	// our own write, and a pass deciding on it could hand a node's budget slot
-	// out twice. The pass waits for the cache instead (kube's "expectations").
-	writtenMu sync.Mutex
-	written   map[string]string
+	// written: the nodes this machine patched, until the cache has seen
+	// our write (ownWrites): a pass on an older copy could hand a node's
+	// budget slot out twice, so it waits for the cache instead.
+	written ownWrites
 	// refusals holds, per node, the API's last refusal of an eviction there
 	// (a PodDisruptionBudget): the reason a pod-deletion timeout names.
 	refusals sync.Map
@@ -128,7 +95,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(nodes.Items) == 0 {
 		return ctrl.Result{}, nil
 	}
-	if r.cacheBehind(nodes.Items) {
+	if len(r.written.behind(nodes.Items)) > 0 {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
 	}
 	pods, podObjs, err := r.driverPods(ctx, d, nodes.Items)
@@ -147,7 +114,6 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	holdUntilObserved(ps)
 	res, err := r.carryOut(ctx, d, ps, policy, now, passStart)
 	if !gate.WakeAt.IsZero() {
 		// A bake time ends: nothing else would wake the rollout then.
@@ -157,22 +123,6 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	return res, err
-}
-
-// holdUntilObserved keeps a node from starting its upgrade while its
-// driver pod's DaemonSet has a template the DaemonSet controller has not
-// observed: until then the revision hash that says whether the pod already
-// runs the template is not known, and after an undo a node that never left
-// the template would be cordoned and restarted for nothing. The DaemonSet's
-// observedGeneration moving wakes the next pass. Moves are not held: the pod
-// there is the driver being replaced.
-func holdUntilObserved(ps *pass) {
-	for i := range ps.inputs {
-		in := &ps.inputs[i]
-		if in.State == upgrade.StateRequired && in.Held == "" && in.MoveTo() == "" && in.DriverPod != nil && in.DriverPod.TemplatePending {
-			in.Held = "the DaemonSet controller has not yet observed the new template"
-		}
-	}
 }
 
 // pass is what one pass of the machine observed: its inputs per node, the
@@ -347,9 +297,7 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 	// resourceVersion means we wrote it.
 	pre := node.ResourceVersion
 	defer func() {
-		if node.ResourceVersion != pre {
-			r.wrote(node.Name, pre)
-		}
+		r.written.wrote(node.Name, pre, node.ResourceVersion)
 	}()
 	if done, err := r.runActions(ctx, node, driverPod, evictable, dec); err != nil || !done {
 		return err

@@ -52,6 +52,10 @@ type Gate struct {
 	Halted bool
 }
 
+// HeldTemplatePending is why a node waits whose driver pod's DaemonSet has
+// a template the DaemonSet controller has not observed yet.
+const HeldTemplatePending = "the DaemonSet controller has not yet observed the new template"
+
 // needsUpgrade: the node runs a driver pod that is not the current template
 // (a node moving in or out is the admin's move, not this rollout's).
 func needsUpgrade(n Node) bool {
@@ -251,6 +255,11 @@ func Track(nodes []Node, p Policy, prev *v1alpha1.RolloutStatus, resumedAt strin
 			g.Held[n.Name] = "rollout paused"
 		case canaryWaiting != "" && !inCanary[n.Name]:
 			g.Held[n.Name] = "waiting for the canary"
+		case n.DriverPod != nil && n.DriverPod.TemplatePending:
+			// Whether the pod already runs the template is not known until
+			// the DaemonSet controller observes it: after an undo, a node
+			// that never left the template would restart for nothing.
+			g.Held[n.Name] = HeldTemplatePending
 		}
 	}
 	st.Pools = poolShares(sorted)

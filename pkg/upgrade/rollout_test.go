@@ -325,3 +325,32 @@ func TestRevisionOfIgnoresWhereAndHow(t *testing.T) {
 		t.Error("a new version kept the revision")
 	}
 }
+
+// A node waiting to start is held while its pod's DaemonSet has a template
+// the DaemonSet controller has not observed; moves and nodes already in the
+// machine are not, and an earlier reason (a pause) is kept.
+func TestTrackHoldsUntilObserved(t *testing.T) {
+	pending := &DriverPod{Name: "p", TemplatePending: true}
+	observed := &DriverPod{Name: "p"}
+	nodes := []Node{
+		{Name: "waiting", State: StateRequired, DriverPod: pending, Annotations: map[string]string{}},
+		{Name: "observed", State: StateRequired, DriverPod: observed, Annotations: map[string]string{}},
+		{Name: "in-flight", State: StatePodRestart, DriverPod: pending, Annotations: map[string]string{}},
+		{Name: "moving", State: StateRequired, DriverPod: pending, Annotations: map[string]string{AnnotationMoveTo: "other"}},
+	}
+	g := Track(nodes, defaults(), nil, "", now)
+	want := map[string]bool{"waiting": true}
+	for _, n := range nodes {
+		if (g.Held[n.Name] != "") != want[n.Name] {
+			t.Errorf("%s: held %q", n.Name, g.Held[n.Name])
+		}
+	}
+	if g.Held["waiting"] != HeldTemplatePending {
+		t.Errorf("waiting: held %q", g.Held["waiting"])
+	}
+	p := defaults()
+	p.Paused = true
+	if got := Track(nodes, p, nil, "", now).Held["waiting"]; got != "rollout paused" {
+		t.Errorf("an earlier reason was overwritten: %q", got)
+	}
+}
