@@ -98,4 +98,3 @@ func TestDaemonSetMattersToUpgrade(t *testing.T) {
 		})
 	}
 }
-
