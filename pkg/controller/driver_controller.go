@@ -250,7 +250,10 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 				return fmt.Errorf("DaemonSet %s/%s exists and is not owned by NVIDIADriver %q: delete or rename it", ds.Namespace, ds.Name, d.Name)
 			}
 		}
-		if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		waited := excludeFromCost(ctx)
+		err = r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership)
+		waited()
+		if err != nil {
 			return fmt.Errorf("applying DaemonSet %s: %w", ds.Name, err)
 		}
 		// Keep the server's answer: its generation and status say the new
@@ -350,7 +353,10 @@ func (r *DriverReconciler) writeStatus(ctx context.Context, d *v1alpha1.NVIDIADr
 	// would put back the conditions list it had.
 	patch := client.MergeFromWithOptions(d.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	d.Status = st
-	if err := r.Client.Status().Patch(ctx, d, patch); apierrors.IsConflict(err) {
+	waited := excludeFromCost(ctx)
+	err = r.Client.Status().Patch(ctx, d, patch)
+	waited()
+	if apierrors.IsConflict(err) {
 		statusWrites.WithLabelValues(writerDriver, "conflict").Inc()
 		return 0, errStatusConflict
 	} else if err != nil && !apierrors.IsNotFound(err) {

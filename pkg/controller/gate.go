@@ -10,11 +10,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// passEvery is the shortest time between two passes of one reconciler for
-// one object (docs/design.md, "What wakes a pass").
-const passEvery = 250 * time.Millisecond
+// The interval between two passes of one reconciler for one object
+// (docs/design.md, "What wakes a pass"): passEvery at least, and
+// passCostFactor times what the last pass cost, up to passEveryMax.
+const (
+	passEvery      = 250 * time.Millisecond
+	passCostFactor = 20
+	passEveryMax   = 2 * time.Second
+)
 
-// gated runs the inner reconciler at most once every passEvery per request.
+// gated runs the inner reconciler at most once per interval per request.
 // A pass reads the whole cluster (the plan) or all of a CR's nodes (the
 // upgrade machine), so it costs O(nodes); while a fleet comes up or rolls,
 // events arrive faster than passes end, and each would start a pass of its
@@ -22,18 +27,32 @@ const passEvery = 250 * time.Millisecond
 // the work queue keeps one entry per request, so everything that arrives
 // meanwhile joins that one pass, which reads the cache as it is then. The
 // first event after a quiet spell runs at once.
+//
+// The interval grows with the pass's own cost (its time less the time it
+// spent waiting on API writes, see excludeFromCost), so a reconciler spends
+// at most about 1/passCostFactor of a core on one object however large the
+// cluster: at a few hundred nodes a pass costs a few milliseconds and the
+// interval stays passEvery; at thousands it stretches, and the events of a
+// burst join fewer, larger passes.
 type gated struct {
 	inner reconcile.Reconciler
 	every time.Duration
 	name  string // the controller's, for the metric
 
-	mu   sync.Mutex
-	last map[types.NamespacedName]time.Time
-	now  func() time.Time
+	mu    sync.Mutex
+	turns map[types.NamespacedName]turn
+	now   func() time.Time
+}
+
+// turn is when an object's last pass started and how long the next one
+// must wait after that start.
+type turn struct {
+	start    time.Time
+	interval time.Duration
 }
 
 func gate(name string, inner reconcile.Reconciler) *gated {
-	return &gated{inner: inner, every: passEvery, name: name, last: map[types.NamespacedName]time.Time{}, now: time.Now}
+	return &gated{inner: inner, every: passEvery, name: name, turns: map[types.NamespacedName]turn{}, now: time.Now}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -42,7 +61,13 @@ func (g *gated) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		passesDeferred.WithLabelValues(g.name).Inc()
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	return g.inner.Reconcile(ctx, req)
+	start := g.now()
+	costs := &passCost{now: g.now}
+	res, err := g.inner.Reconcile(context.WithValue(ctx, passCostKey{}, costs), req)
+	cost := max(g.now().Sub(start)-costs.waited(), 0)
+	passSeconds.WithLabelValues(g.name).Observe(cost.Seconds())
+	g.passed(req.NamespacedName, start, cost)
+	return res, err
 }
 
 // turn is how long the request must wait for its pass (0: run it now,
@@ -51,18 +76,78 @@ func (g *gated) turn(key types.NamespacedName) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	if last, ok := g.last[key]; ok {
-		if wait := g.every - now.Sub(last); wait > 0 {
+	if t, ok := g.turns[key]; ok {
+		if wait := t.interval - now.Sub(t.start); wait > 0 {
 			return wait
 		}
 	}
-	g.last[key] = now
-	if len(g.last) > 4096 { // deleted CRs: forget intervals long over
-		for k, t := range g.last {
-			if now.Sub(t) > time.Minute {
-				delete(g.last, k)
+	// Held until the pass ends and says what it cost (passed).
+	g.turns[key] = turn{start: now, interval: g.every}
+	if len(g.turns) > 4096 { // deleted CRs: forget intervals long over
+		for k, t := range g.turns {
+			if now.Sub(t.start) > time.Minute {
+				delete(g.turns, k)
 			}
 		}
 	}
 	return 0
+}
+
+// passed sets the object's next interval from what its pass cost.
+func (g *gated) passed(key types.NamespacedName, start time.Time, cost time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.turns[key] = turn{start: start, interval: intervalFor(g.every, cost)}
+}
+
+// intervalFor is the time from one pass's start to the next: every at
+// least, passCostFactor times the pass's cost, at most passEveryMax (a
+// pass slowed by a saturated machine must not leave an object alone for
+// long).
+func intervalFor(every, cost time.Duration) time.Duration {
+	return min(max(every, passCostFactor*cost), max(every, passEveryMax))
+}
+
+// passCost collects the time a pass spent waiting on the API server (its
+// writes, and the uncached reads of pods on nodes mid-upgrade), which is not
+// the controller's work: a rollout pass that patches a hundred nodes waits on
+// the API server, and counting that wait would slow the rollout. Waits may
+// overlap (concurrent writes): the time during which at least one is in
+// flight is counted once.
+type passCost struct {
+	now      func() time.Time
+	mu       sync.Mutex
+	inFlight int
+	since    time.Time
+	wait     time.Duration
+}
+
+type passCostKey struct{}
+
+func (c *passCost) waited() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wait
+}
+
+// excludeFromCost starts timing a wait on the API server within a pass; the
+// returned func ends it.
+func excludeFromCost(ctx context.Context) (done func()) {
+	c, _ := ctx.Value(passCostKey{}).(*passCost)
+	if c == nil {
+		return func() {}
+	}
+	c.mu.Lock()
+	if c.inFlight == 0 {
+		c.since = c.now()
+	}
+	c.inFlight++
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.inFlight--; c.inFlight == 0 {
+			c.wait += c.now().Sub(c.since)
+		}
+		c.mu.Unlock()
+	}
 }

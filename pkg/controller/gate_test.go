@@ -54,3 +54,63 @@ func TestGateRunsOnePassPerInterval(t *testing.T) {
 		t.Errorf("after the interval: %d passes, requeue %v; want 2 and none", inner.passes["a"], res.RequeueAfter)
 	}
 }
+
+// slowReconciler's passes cost what it is told, part of it waiting on the
+// API server (excludeFromCost), on the gate's clock.
+type slowReconciler struct {
+	clock        *time.Time
+	work, waited time.Duration
+	passes       int
+}
+
+func (s *slowReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	s.passes++
+	*s.clock = s.clock.Add(s.work)
+	// Two overlapping waits (concurrent writes) count once.
+	a, b := excludeFromCost(ctx), excludeFromCost(ctx)
+	*s.clock = s.clock.Add(s.waited)
+	a()
+	b()
+	return ctrl.Result{}, nil
+}
+
+// The interval after a pass is passCostFactor times what the pass cost,
+// never less than passEvery nor more than passEveryMax, and the pass's
+// waits on the API server are not its cost.
+func TestGateIntervalGrowsWithThePassCost(t *testing.T) {
+	cases := []struct {
+		name         string
+		work, waited time.Duration
+		want         time.Duration
+	}{
+		{"a cheap pass", 2 * time.Millisecond, 0, passEvery},
+		{"a pass of 50ms", 50 * time.Millisecond, 0, 50 * time.Millisecond * passCostFactor},
+		{"a pass of 1s, capped", time.Second, 0, passEveryMax},
+		{"a cheap pass that waited 3s on writes", 2 * time.Millisecond, 3 * time.Second, passEvery},
+		{"a pass of 50ms that waited 1s on writes", 50 * time.Millisecond, time.Second, 50 * time.Millisecond * passCostFactor},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+			inner := &slowReconciler{clock: &clock, work: tc.work, waited: tc.waited}
+			g := gate("test", inner)
+			g.now = func() time.Time { return clock }
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
+			start := clock
+			if _, err := g.Reconcile(context.Background(), req); err != nil || inner.passes != 1 {
+				t.Fatalf("first pass: %d passes, %v", inner.passes, err)
+			}
+			// Just before the interval ends (from the pass's start): deferred
+			// by the rest of it.
+			clock = start.Add(tc.want - time.Millisecond)
+			res, _ := g.Reconcile(context.Background(), req)
+			if inner.passes != 1 || res.RequeueAfter != time.Millisecond {
+				t.Fatalf("before the interval: %d passes, requeue %v; want 1 and 1ms (interval %v)", inner.passes, res.RequeueAfter, tc.want)
+			}
+			clock = start.Add(tc.want)
+			if res, _ := g.Reconcile(context.Background(), req); inner.passes != 2 || res.RequeueAfter != 0 {
+				t.Fatalf("at the interval: %d passes, requeue %v; want 2 and none", inner.passes, res.RequeueAfter)
+			}
+		})
+	}
+}

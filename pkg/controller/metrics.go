@@ -60,8 +60,16 @@ var statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Status writes by writer (driver, rollout) and result (written, conflict, paced).",
 }, []string{"writer", "result"})
 
-// passesDeferred counts the reconciles put back because their object had a
-// pass less than passEvery ago (gated): the work they would have done joins
+// passSeconds is what each pass cost: its time less its waits on the API
+// server. The pass interval grows with it (gated).
+var passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "nvdriver_pass_seconds",
+	Help:    "Time of each reconcile pass less its waits on the API server, by controller.",
+	Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+}, []string{"controller"})
+
+// passesDeferred counts the reconciles put back because their object's
+// pass interval had not ended (gated): the work they would have done joins
 // that later pass.
 var passesDeferred = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "nvdriver_passes_deferred_total",
@@ -88,7 +96,7 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites, passesDeferred)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

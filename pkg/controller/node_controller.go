@@ -190,7 +190,10 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 				body, _ := json.Marshal(patch)
 				node := &corev1.Node{}
 				node.Name = name
-				if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+				waited := excludeFromCost(ctx)
+				err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
+				waited()
+				if err != nil {
 					log.FromContext(ctx).Error(err, "labelling node", "node", name)
 					mu.Lock()
 					if firstErr == nil {

@@ -6,8 +6,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
 )
 
@@ -94,6 +98,50 @@ func TestDaemonSetMattersToUpgrade(t *testing.T) {
 			c.mutate(cur)
 			if got := daemonSetMattersToUpgrade().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != c.want {
 				t.Errorf("update passed = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// The node labeller sleeps through the upgrade machine's state writes on
+// nodes that keep their owner, and wakes for everything else it reads.
+func TestLabellerNodeChanged(t *testing.T) {
+	node := func(owner, state string, extra ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"nvidia.com/gpu.present": "true"}}}
+		if owner != "" {
+			n.Labels[plan.LabelOwner] = owner
+		}
+		if state != "" {
+			n.Labels[plan.LabelUpgradeState] = state
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			n.Labels[extra[i]] = extra[i+1]
+		}
+		return n
+	}
+	cases := []struct {
+		name     string
+		old, new *corev1.Node
+		selector map[string]string // of the one CR
+		want     bool
+	}{
+		{"a step of an owned node", node("gold", "upgrade-required"), node("gold", "cordon-required"), nil, false},
+		{"an owned node's first upgrade-done", node("gold", ""), node("gold", "upgrade-done"), nil, false},
+		{"the state of a node without owner", node("", "upgrade-done"), node("", ""), nil, true},
+		{"the owner released with the state", node("gold", "pod-restart-required"), node("", "upgrade-done"), nil, true},
+		{"the owner changed", node("gold", "upgrade-done"), node("silver", "upgrade-done"), nil, true},
+		{"a selection label with the state", node("gold", "upgrade-done", "tier", "a"), node("gold", "upgrade-required", "tier", "b"), nil, true},
+		{"a state a CR selects by", node("gold", "upgrade-required"), node("gold", "upgrade-done"), map[string]string{plan.LabelUpgradeState: "upgrade-done"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = v1alpha1.AddToScheme(scheme)
+			d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold"}}
+			d.Spec.NodeSelector = tc.selector
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(d).Build()
+			if got := labellerNodeChanged(c).Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -163,7 +163,10 @@ func (r *UpgradeReconciler) writeRollout(ctx context.Context, d *v1alpha1.NVIDIA
 	if wait := r.pacer.holdBack(d.UID, writerRollout, d.Status, next.Status, now); wait > 0 {
 		return wait, nil
 	}
-	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(d, client.MergeFromWithOptimisticLock{})); err != nil {
+	waited := excludeFromCost(ctx)
+	err = r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(d, client.MergeFromWithOptimisticLock{}))
+	waited()
+	if err != nil {
 		if apierrors.IsConflict(err) {
 			statusWrites.WithLabelValues(writerRollout, "conflict").Inc()
 			return 0, errStatusConflict

@@ -226,7 +226,7 @@ func nodeChanged(c client.Client) predicate.Funcs {
 			}
 			// Another label changed: it matters only if some CR selects on it.
 			drivers := &v1alpha1.NVIDIADriverList{}
-			if err := c.List(context.Background(), drivers); err != nil {
+			if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
 				return true
 			}
 			for _, d := range drivers.Items {
@@ -239,6 +239,36 @@ func nodeChanged(c client.Client) predicate.Funcs {
 			return false
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// labellerNodeChanged drops, for the node labeller, updates that change
+// only the upgrade state of a node that has an owner, before and after:
+// the upgrade machine writes it at every step of every node, and the
+// labeller reads it only on nodes without an owner (to release them) or
+// when a CR selects nodes by it (docs/design.md, "What wakes a pass").
+func labellerNodeChanged(c client.Client) predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()
+			if o[plan.LabelOwner] == "" || n[plan.LabelOwner] == "" || o[plan.LabelOwner] != n[plan.LabelOwner] ||
+				o[plan.LabelUpgradeState] == n[plan.LabelUpgradeState] || !onlyOwnerOrStateChanged(o, n) {
+				return true
+			}
+			if !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) {
+				return true // a move's annotation
+			}
+			drivers := &v1alpha1.NVIDIADriverList{}
+			if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
+				return true
+			}
+			for _, d := range drivers.Items {
+				if _, ok := d.Spec.NodeSelector[plan.LabelUpgradeState]; ok {
+					return true
+				}
+			}
+			return false
+		},
 	}
 }
 
@@ -298,7 +328,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
-		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c))).
+		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c), labellerNodeChanged(c))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
 		Complete(gate("node-labels", &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}))
 }

@@ -20,8 +20,8 @@ type snapshot struct {
 	nodes   []corev1.Node
 	drivers []v1alpha1.NVIDIADriver
 
-	// states and owners are nodeLabels' answer, shared read-only with the
-	// plan cache (they depend on labels only, as the plan does).
+	// states and owners are nodeLabels' answer; owners are shared
+	// read-only with the plan cache (the owner label is in its key).
 	states, owners map[string]string
 }
 
@@ -42,19 +42,23 @@ func takeSnapshot(ctx context.Context, c client.Reader) (*snapshot, error) {
 
 // nodeLabels are the nodes' upgrade states (where set) and owner labels.
 func (s *snapshot) nodeLabels() (states, owners map[string]string) {
-	if s.owners != nil {
-		return s.states, s.owners
-	}
-	states, owners = map[string]string{}, map[string]string{}
-	for i := range s.nodes {
-		n := &s.nodes[i]
-		if st := n.Labels[plan.LabelUpgradeState]; st != "" {
-			states[n.Name] = st
+	if s.states == nil {
+		// Not shared with the plan: the plan's key leaves the upgrade
+		// state out (snapshotKey), so a cached plan's states may be older.
+		s.states = map[string]string{}
+		for i := range s.nodes {
+			if st := s.nodes[i].Labels[plan.LabelUpgradeState]; st != "" {
+				s.states[s.nodes[i].Name] = st
+			}
 		}
-		owners[n.Name] = n.Labels[plan.LabelOwner]
 	}
-	s.states, s.owners = states, owners
-	return states, owners
+	if s.owners == nil {
+		s.owners = make(map[string]string, len(s.nodes))
+		for i := range s.nodes {
+			s.owners[s.nodes[i].Name] = s.nodes[i].Labels[plan.LabelOwner]
+		}
+	}
+	return s.states, s.owners
 }
 
 // platformOf gives a node's "os/arch" for the image check, indexing the
@@ -86,8 +90,9 @@ func (s *snapshot) planNodes() []plan.Node {
 // planCache shares one plan among the reconciles that see the same cluster:
 // one node event wakes every CR (and the node labeller), and each used to
 // recompute the same plan. The key is what plan.Compute reads, and nothing
-// else: node names and labels; CR names, UIDs, generations, creation times
-// and whether they are being deleted. A node's status heartbeat or a CR's
+// else: node names and labels (less the upgrade state, which the plan does
+// not read unless a CR selects by it); CR names, UIDs, generations, creation
+// times and whether they are being deleted. A node's status heartbeat or a CR's
 // status write leaves it unchanged. It is combined without regard to order,
 // because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
@@ -96,8 +101,9 @@ type planCache struct {
 	valid  bool
 	plan   plan.Plan
 	hashes nodeHashes
-	// nodeLabels of the plan's snapshot
-	states, owners map[string]string
+	// the owners of nodeLabels of the plan's snapshot (the owner label is
+	// in the key; the upgrade state is not, so states are never shared)
+	owners map[string]string
 }
 
 // nodeHashes remembers each node's share of the key by resourceVersion:
@@ -108,24 +114,28 @@ type nodeHashes map[string]nodeHash
 
 type nodeHash struct {
 	resourceVersion string
+	withState       bool
 	hash            uint64
 }
 
-func (m nodeHashes) of(n *corev1.Node) uint64 {
+func (m nodeHashes) of(n *corev1.Node, withState bool) uint64 {
 	if m == nil || n.ResourceVersion == "" {
-		return nodeKey(n)
+		return nodeKey(n, withState)
 	}
-	if e, ok := m[n.Name]; ok && e.resourceVersion == n.ResourceVersion {
+	if e, ok := m[n.Name]; ok && e.resourceVersion == n.ResourceVersion && e.withState == withState {
 		return e.hash
 	}
-	h := nodeKey(n)
-	m[n.Name] = nodeHash{n.ResourceVersion, h}
+	h := nodeKey(n, withState)
+	m[n.Name] = nodeHash{n.ResourceVersion, withState, h}
 	return h
 }
 
-func nodeKey(n *corev1.Node) uint64 {
+func nodeKey(n *corev1.Node, withState bool) uint64 {
 	var labels uint64
 	for k, v := range n.Labels {
+		if k == plan.LabelUpgradeState && !withState {
+			continue
+		}
 		labels += mix(hashString(hashString(fnvOffset, k)^1, v))
 	}
 	return mix(hashString(fnvOffset, n.Name) ^ mix(labels))
@@ -134,9 +144,17 @@ func nodeKey(n *corev1.Node) uint64 {
 func snapshotKey(s *snapshot) uint64 { return snapshotKeyWith(s, nil) }
 
 func snapshotKeyWith(s *snapshot, hashes nodeHashes) uint64 {
+	// The upgrade state label changes at every step of every node's upgrade
+	// and the plan never reads it, unless a CR selects nodes by it.
+	withState := false
+	for i := range s.drivers {
+		if _, ok := s.drivers[i].Spec.NodeSelector[plan.LabelUpgradeState]; ok {
+			withState = true
+		}
+	}
 	var sum uint64
 	for i := range s.nodes {
-		sum += hashes.of(&s.nodes[i])
+		sum += hashes.of(&s.nodes[i], withState)
 	}
 	var drivers uint64
 	for i := range s.drivers {
@@ -196,7 +214,7 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	key := snapshotKeyWith(snap, c.hashes)
 	if c.valid && c.key == key {
 		p := c.plan
-		snap.states, snap.owners = c.states, c.owners
+		snap.owners = c.owners
 		c.mu.Unlock()
 		planComputes.WithLabelValues("hit").Inc()
 		return snap, p, nil
@@ -204,10 +222,10 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	c.mu.Unlock()
 	planComputes.WithLabelValues("miss").Inc()
 	p := plan.Compute(snap.planNodes(), snap.drivers)
-	states, owners := snap.nodeLabels()
+	_, owners := snap.nodeLabels()
 	c.mu.Lock()
 	c.key, c.plan, c.valid = key, p, true
-	c.states, c.owners = states, owners
+	c.owners = owners
 	c.mu.Unlock()
 	return snap, p, nil
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
 )
 
 func keyTestSnapshot() *snapshot {
@@ -51,6 +52,13 @@ func TestSnapshotKey(t *testing.T) {
 		{"a CR being deleted", func(s *snapshot) { s.drivers[0].DeletionTimestamp = &metav1.Time{} }, false},
 		{"a CR recreated (new UID)", func(s *snapshot) { s.drivers[0].UID = "u3" }, false},
 		{"a CR removed", func(s *snapshot) { s.drivers = s.drivers[:1] }, false},
+		// Every step of every node's upgrade writes this label; the plan
+		// does not read it.
+		{"an upgrade state", func(s *snapshot) { s.nodes[0].Labels[plan.LabelUpgradeState] = "upgrade-done" }, true},
+		{"an upgrade state a CR selects by", func(s *snapshot) {
+			s.drivers[0].Spec.NodeSelector = map[string]string{plan.LabelUpgradeState: "upgrade-done"}
+			s.nodes[0].Labels[plan.LabelUpgradeState] = "upgrade-done"
+		}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

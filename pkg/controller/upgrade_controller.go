@@ -167,7 +167,10 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 		if !r.needsPods(in, policy) {
 			continue
 		}
-		g.Go(func() error { return r.observePods(gctx, ps, i, policy, &podsMu) })
+		g.Go(func() error {
+			defer excludeFromCost(ctx)()
+			return r.observePods(gctx, ps, i, policy, &podsMu)
+		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -269,6 +272,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		}
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
+			defer excludeFromCost(ctx)()
 			if err := r.execute(ctx, d, ps.byName[dec.Node].DeepCopy(), ps.podObjs[dec.Node], ps.listed[dec.Node], ps.evictable[dec.Node], dec); err != nil {
 				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 				mu.Lock()

@@ -119,6 +119,17 @@ func (e *env) converge() error {
 		}
 	}
 	logf("converge reconciles deferred to their next pass interval (counted in the reconciles): %v", deferred)
+	passes := map[string]string{}
+	for _, s := range m {
+		if s.name == "nvdriver_pass_seconds_count" {
+			c := s.labels["controller"]
+			sum := m.sum("nvdriver_pass_seconds_sum", map[string]string{"controller": c})
+			passes[c] = fmt.Sprintf("%.0f passes, %.1f s, %.1f ms each", s.value, sum, sum/max(s.value, 1)*1000)
+			res.Values["converge_passes_"+c] = s.value
+			res.Values["converge_pass_seconds_"+c] = sum
+		}
+	}
+	logf("converge passes run by controller (their time less API waits): %v", passes)
 	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses", reconciles,
 		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}))
 
