@@ -64,6 +64,9 @@ type DriverReconciler struct {
 
 	plans *planCache
 	pacer *statusPacer
+	// intact remembers the pools whose live DaemonSet was last found to be
+	// what we render, so a pass over an unchanged pool renders nothing.
+	intact intactPools
 }
 
 // recheckMissing is how often a CR waiting for a missing object is looked at
@@ -220,13 +223,17 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 			// their running driver and the upgrade machine starts none of them.
 			continue
 		}
+		cur := owned[pool.DaemonSet]
+		renderKey := poolRenderKey(d, pool)
+		if r.intact.still(pool.DaemonSet, renderKey, cur) {
+			continue // the same input and the same live object as when last found intact
+		}
 		ds := render.DaemonSet(d, pool, opts)
 		hash := hashObject(ds)
 		if ds.Annotations == nil {
 			ds.Annotations = map[string]string{}
 		}
 		ds.Annotations[AppliedHashAnnotation] = hash
-		cur := owned[pool.DaemonSet]
 		obj, err := applyObject(ds)
 		if err != nil {
 			return err
@@ -238,6 +245,7 @@ func (r *DriverReconciler) applyPools(ctx context.Context, d *v1alpha1.NVIDIADri
 				return err
 			}
 			if !drifted(obj, &unstructured.Unstructured{Object: live}) {
+				r.intact.found(pool.DaemonSet, renderKey, cur)
 				continue // unchanged and intact: no write
 			}
 			repair = true
