@@ -92,8 +92,7 @@ func newNodeChanges() *nodeChanges {
 // releaseLeftNodes hands back, as they were, the nodes that left every
 // driver while the upgrade machine held them.
 func (c *nodeChanges) releaseLeftNodes(snap *snapshot, p plan.Plan) {
-	for i := range snap.nodes {
-		n := &snap.nodes[i]
+	for _, n := range snap.nodes {
 		state, ok := n.Labels[upgrade.LabelState]
 		if !ok || p.Owner[n.Name] != "" || n.Labels[plan.LabelOwner] != "" {
 			continue
@@ -154,8 +153,7 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 
 func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snapshot) error {
 	pre := make(map[string]string, len(c.labels))
-	for i := range snap.nodes {
-		n := &snap.nodes[i]
+	for _, n := range snap.nodes {
 		if c.labels[n.Name] != nil || c.annotations[n.Name] != nil {
 			pre[n.Name] = n.ResourceVersion
 		}

@@ -12,8 +12,8 @@ import (
 // A node the labeller patched is not patched again while the cache still
 // shows it from before that patch; once the cache moves past it, it is.
 func TestLabellerWaitsForItsOwnWrite(t *testing.T) {
-	node := func(rv string) corev1.Node {
-		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: rv}}
+	node := func(rv string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: rv}}
 	}
 	changes := func() *nodeChanges {
 		c := newNodeChanges()
@@ -26,7 +26,7 @@ func TestLabellerWaitsForItsOwnWrite(t *testing.T) {
 	r.written.wrote("n1", "6", "7") // the oldest is kept: the cache must pass it
 
 	c := changes()
-	if !r.holdBehind(&snapshot{nodes: []corev1.Node{node("5")}}, c) {
+	if !r.holdBehind(&snapshot{nodes: []*corev1.Node{node("5")}}, c) {
 		t.Fatal("cache at the version before our patch: want the node held")
 	}
 	if c.labels["n1"] != nil || c.labels["n2"] == nil {
@@ -34,7 +34,7 @@ func TestLabellerWaitsForItsOwnWrite(t *testing.T) {
 	}
 
 	c = changes()
-	if r.holdBehind(&snapshot{nodes: []corev1.Node{node("6")}}, c) {
+	if r.holdBehind(&snapshot{nodes: []*corev1.Node{node("6")}}, c) {
 		t.Error("cache past our patch: want nothing held")
 	}
 	if c.labels["n1"] == nil {

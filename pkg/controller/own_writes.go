@@ -37,7 +37,7 @@ func (w *ownWrites) wrote(node, pre, post string) {
 // behind returns the nodes whose cached copy is still from before our last
 // patch of them (nil when none), and forgets the nodes the cache has caught
 // up on.
-func (w *ownWrites) behind(nodes []corev1.Node) map[string]bool {
+func (w *ownWrites) behind(nodes []*corev1.Node) map[string]bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out map[string]bool

@@ -69,16 +69,13 @@ func (o Options) imageGate(secrets client.Reader) (*imageGate, error) {
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"
 
-// podControllerIndex and podNodeIndex index the cached driver pods by their
-// DaemonSet's UID and by node.
+// podControllerIndex and podNodeIndex index the cached driver pods (and
+// ControllerRevisions) by their DaemonSet's UID, and the pods by node. Nodes
+// have an index of their own (cachedReads).
 const (
 	podControllerIndex = "nvdriver.pod.controller"
 	podNodeIndex       = "nvdriver.pod.node"
 )
-
-// runByIndex indexes nodes by the NVIDIADriver whose upgrade machine carries
-// them (upgrade.RunBy): the owner, or the destination of a move.
-const runByIndex = "nvdriver.runBy"
 
 // CacheOptions keeps the cache small at thousands of nodes: nodes keep only
 // what the plan and the upgrade logic read (docs/design.md, "Node cache"), and only our
@@ -218,11 +215,11 @@ func nodeChanged(c client.Client) predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()
+			if maps.Equal(o, n) {
+				return false // a status heartbeat: most node updates
+			}
 			if !maps.Equal(planLabels(o), planLabels(n)) {
 				return true
-			}
-			if maps.Equal(o, n) {
-				return false
 			}
 			// Another label changed: it matters only if some CR selects on it.
 			drivers := &v1alpha1.NVIDIADriverList{}
@@ -298,7 +295,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
 	})
 
-	plans, pacer := &planCache{}, &statusPacer{}
+	reads, err := newCachedReads(context.Background(), mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	plans, pacer := &planCache{reads: reads}, &statusPacer{}
 	images, err := opts.imageGate(mgr.GetAPIReader())
 	if err != nil {
 		return err
@@ -320,7 +321,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	nodesKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{nodeLabelsKey}
 	})
-	if err := setupUpgrades(mgr, opts, driverOfDS, pacer); err != nil {
+	if err := setupUpgrades(mgr, opts, driverOfDS, pacer, reads); err != nil {
 		return err
 	}
 	if err := setupDriverPodObjects(mgr, opts.Namespace); err != nil {
@@ -333,9 +334,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Complete(gate("node-labels", &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}))
 }
 
-// registerIndexes adds the cache indexes the reconcilers look objects up by:
-// DaemonSets by owning CR, pods by DaemonSet and by node, nodes by the CR
-// whose upgrade machine carries them.
+// registerIndexes adds the cache indexes the reconcilers look objects up by
+// through the client: DaemonSets by owning CR, pods by DaemonSet and by
+// node, ControllerRevisions by DaemonSet.
 func registerIndexes(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
 		ref := metav1.GetControllerOf(o)
@@ -354,14 +355,6 @@ func registerIndexes(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.ControllerRevision{}, podControllerIndex, func(o client.Object) []string {
-		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
-			return []string{string(ref.UID)}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
 		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
 			return []string{n}
@@ -370,9 +363,9 @@ func registerIndexes(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Node{}, runByIndex, func(o client.Object) []string {
-		if by := upgrade.RunBy(o.GetLabels()[plan.LabelOwner], o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != "" {
-			return []string{by}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.ControllerRevision{}, podControllerIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
+			return []string{string(ref.UID)}
 		}
 		return nil
 	}); err != nil {
@@ -459,7 +452,7 @@ func deletionPredicate() predicate.Funcs {
 
 // setupUpgrades registers the upgrade machine: it runs per CR, woken by its
 // nodes, its driver pods and its DaemonSets.
-func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler, pacer *statusPacer) error {
+func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler, pacer *statusPacer, reads *cachedReads) error {
 	c := mgr.GetClient()
 	pods, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
@@ -511,5 +504,5 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters())).
 		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer}))
+		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer, reads: reads}))
 }

@@ -17,7 +17,7 @@ import (
 // snapshot is one read of the cluster from the cache: every decision of a
 // reconcile is made on it, then acted on.
 type snapshot struct {
-	nodes   []corev1.Node
+	nodes   []*corev1.Node // the cache's own objects: read only
 	drivers []v1alpha1.NVIDIADriver
 
 	// states and owners are nodeLabels' answer; owners are shared
@@ -25,19 +25,17 @@ type snapshot struct {
 	states, owners map[string]string
 }
 
-func takeSnapshot(ctx context.Context, c client.Reader) (*snapshot, error) {
-	// Nodes straight from the cache, not deep-copied: every consumer of a
-	// snapshot only reads them, and copying thousands of nodes per reconcile
-	// dominated the controller's CPU and garbage at scale.
-	nodes := &corev1.NodeList{}
-	if err := c.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
+// takeSnapshot reads the nodes straight from the informer's store (reads),
+// not copied: every consumer of a snapshot only reads them, and copying
+// thousands of nodes per reconcile dominated the controller's CPU and
+// garbage at scale.
+func takeSnapshot(ctx context.Context, reads *cachedReads, c client.Reader) (*snapshot, error) {
+	nodes := reads.allNodes()
 	drivers := &v1alpha1.NVIDIADriverList{}
 	if err := c.List(ctx, drivers); err != nil {
 		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
 	}
-	return &snapshot{nodes: nodes.Items, drivers: drivers.Items}, nil
+	return &snapshot{nodes: nodes, drivers: drivers.Items}, nil
 }
 
 // nodeLabels are the nodes' upgrade states (where set) and owner labels.
@@ -96,6 +94,7 @@ func (s *snapshot) planNodes() []plan.Node {
 // status write leaves it unchanged. It is combined without regard to order,
 // because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
+	reads *cachedReads
 	mu     sync.Mutex
 	key    uint64
 	valid  bool
@@ -154,7 +153,7 @@ func snapshotKeyWith(s *snapshot, hashes nodeHashes) uint64 {
 	}
 	var sum uint64
 	for i := range s.nodes {
-		sum += hashes.of(&s.nodes[i], withState)
+		sum += hashes.of(s.nodes[i], withState)
 	}
 	var drivers uint64
 	for i := range s.drivers {
@@ -200,12 +199,9 @@ func mix(x uint64) uint64 {
 // compute takes a snapshot and returns it with its plan, computed once per
 // distinct snapshot.
 func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, plan.Plan, error) {
-	snap, err := takeSnapshot(ctx, r)
+	snap, err := takeSnapshot(ctx, c.reads, r)
 	if err != nil {
 		return nil, plan.Plan{}, err
-	}
-	if c == nil { // no cache wired (tests building a reconciler by hand)
-		return snap, plan.Compute(snap.planNodes(), snap.drivers), nil
 	}
 	c.mu.Lock()
 	if c.hashes == nil || len(c.hashes) > 2*len(snap.nodes)+64 {

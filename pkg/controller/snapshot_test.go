@@ -12,11 +12,11 @@ import (
 )
 
 func keyTestSnapshot() *snapshot {
-	node := func(name string, labels map[string]string) corev1.Node {
-		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Labels: labels}}
+	node := func(name string, labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Labels: labels}}
 	}
 	return &snapshot{
-		nodes: []corev1.Node{
+		nodes: []*corev1.Node{
 			node("a", map[string]string{"pool": "gold", "nvidia.com/gpu.present": "true"}),
 			node("b", map[string]string{"pool": "silver", "nvidia.com/gpu.present": "true"}),
 			node("c", nil),

@@ -63,6 +63,8 @@ type UpgradeReconciler struct {
 	Now      func() time.Time
 
 	pacer *statusPacer
+	// reads are the informers' stores: nodes and driver pods.
+	reads *cachedReads
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -85,25 +87,25 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 	// The nodes this CR's machine carries: its own, less those moving to
 	// another CR, plus those moving in (a move counts against the destination).
-	// Read only (no deep copy of every node each pass: at 1,000 nodes that
-	// copy was a fifth of the controller's CPU); execute copies the few nodes
-	// it patches.
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingFields{runByIndex: d.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	// Read only (no copy of every node each pass: at 1,000 nodes that copy
+	// was a fifth of the controller's CPU); execute copies the few nodes it
+	// patches.
+	nodes, err := r.reads.nodesRunBy(d.Name)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(nodes.Items) == 0 {
+	if len(nodes) == 0 {
 		return ctrl.Result{}, nil
 	}
-	if len(r.written.behind(nodes.Items)) > 0 {
+	if len(r.written.behind(nodes)) > 0 {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
 	}
-	pods, podObjs, err := r.driverPods(ctx, d, nodes.Items)
+	pods, podObjs, err := r.driverPods(ctx, d, nodes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	ps, err := r.observe(ctx, policy, nodes.Items, pods, podObjs)
+	ps, err := r.observe(ctx, policy, nodes, pods, podObjs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -139,7 +141,7 @@ type pass struct {
 
 // observe builds the machine's inputs: each node's state, and the pods on
 // the nodes whose step reads them.
-func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []corev1.Node, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
+func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
 	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), byName: map[string]*corev1.Node{}, podObjs: podObjs,
 		listed: map[string][]corev1.Pod{}, evictable: map[string][]corev1.Pod{}}
 	// Nodes mid-upgrade need the pods on them (uncached, per node): read
@@ -147,8 +149,7 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(passWorkers)
 	var podsMu sync.Mutex
-	for i := range nodes {
-		n := &nodes[i]
+	for i, n := range nodes {
 		ps.byName[n.Name] = n
 		in := upgrade.Node{
 			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",

@@ -24,7 +24,7 @@ import (
 // driverPods maps node name -> the driver pod there, as the machine sees it
 // and as the object to delete: this CR's pods, and on nodes moving in from
 // another CR that CR's pod (never in sync: it is the driver being replaced).
-func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []corev1.Node) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []*corev1.Node) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
 	movingIn := map[string]bool{}
 	for i := range nodes {
 		if nodes[i].Labels[plan.LabelOwner] != d.Name {

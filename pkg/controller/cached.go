@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+// cachedReads reads nodes straight from the informer's store and an index
+// of our own on it: pointers to the cached objects, shared and read-only
+// (docs/design.md, "Node cache"). The cache client's List copies every
+// object it returns into a typed list, by reflection, even without a deep
+// copy: every pass reads all nodes (the plan) or all of a CR's nodes (the
+// upgrade machine), and at 1,000 nodes those copies were a tenth of the
+// controller's CPU and much of its garbage.
+//
+// The objects must never be modified: copy one before changing it (the
+// upgrade machine copies the nodes it patches).
+//
+// Driver pods are not read this way: their cache is limited to the driver
+// namespace, and controller-runtime's informer for a namespace-limited cache
+// does not expose its store; they go through the client's List.
+type cachedReads struct {
+	nodes toolscache.Indexer
+}
+
+// idxRunBy is our own index on the node informer (not a controller-runtime
+// field index, whose keys are its internal format): nodes by the CR whose
+// upgrade machine carries them (upgrade.RunBy).
+const idxRunBy = "nvdriver.runBy"
+
+// newCachedReads adds our index to the cache's node informer and keeps its
+// indexer. It fails when the cache does not expose it.
+func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
+	nodes, err := indexerOf(ctx, c, &corev1.Node{}, toolscache.Indexers{idxRunBy: func(obj any) ([]string, error) {
+		o, ok := obj.(client.Object)
+		if !ok {
+			return nil, nil
+		}
+		if by := upgrade.RunBy(o.GetLabels()[plan.LabelOwner], o.GetAnnotations()[upgrade.AnnotationMoveTo]); by != "" {
+			return []string{by}, nil
+		}
+		return nil, nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return &cachedReads{nodes: nodes}, nil
+}
+
+func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolscache.Indexers) (toolscache.Indexer, error) {
+	inf, err := c.GetInformer(ctx, obj)
+	if err != nil {
+		return nil, fmt.Errorf("informer for %T: %w", obj, err)
+	}
+	if err := inf.AddIndexers(idx); err != nil {
+		return nil, fmt.Errorf("indexes on %T: %w", obj, err)
+	}
+	// controller-runtime hands out client-go's shared informer itself.
+	si, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("the cache's informer for %T (%T) does not expose its store", obj, inf)
+	}
+	return si.GetIndexer(), nil
+}
+
+func (c *cachedReads) allNodes() []*corev1.Node { return asNodes(c.nodes.List()) }
+
+// nodesRunBy are the nodes whose upgrade machine is driver's (upgrade.RunBy).
+func (c *cachedReads) nodesRunBy(driver string) ([]*corev1.Node, error) {
+	objs, err := c.nodes.ByIndex(idxRunBy, driver)
+	return asNodes(objs), err
+}
+
+func asNodes(objs []any) []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(objs))
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
