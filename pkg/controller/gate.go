@@ -15,7 +15,7 @@ import (
 // passCostFactor times what the last pass cost, up to passEveryMax.
 const (
 	passEvery      = 250 * time.Millisecond
-	passCostFactor = 20
+	passCostFactor = 50
 	passEveryMax   = 2 * time.Second
 )
 
@@ -29,11 +29,11 @@ const (
 // first event after a quiet spell runs at once.
 //
 // The interval grows with the pass's own cost (its time less the time it
-// spent waiting on API writes, see excludeFromCost), so a reconciler spends
-// at most about 1/passCostFactor of a core on one object however large the
-// cluster: at a few hundred nodes a pass costs a few milliseconds and the
-// interval stays passEvery; at thousands it stretches, and the events of a
-// burst join fewer, larger passes.
+// spent waiting on the API server, see excludeFromCost), so a reconciler
+// spends at most about 1/passCostFactor of a core on one object however
+// large the cluster: at a few dozen nodes a pass costs a millisecond and the
+// interval stays passEvery; at thousands it stretches to passEveryMax, and
+// the events of a burst join fewer, larger passes.
 type gated struct {
 	inner reconcile.Reconciler
 	every time.Duration

@@ -78,16 +78,19 @@ func (s *slowReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 // never less than passEvery nor more than passEveryMax, and the pass's
 // waits on the API server are not its cost.
 func TestGateIntervalGrowsWithThePassCost(t *testing.T) {
+	if 20*time.Millisecond*passCostFactor >= passEveryMax || 2*time.Millisecond*passCostFactor >= passEvery {
+		t.Fatal("the cases assume a 2ms pass stays at passEvery and a 20ms one below passEveryMax")
+	}
 	cases := []struct {
 		name         string
 		work, waited time.Duration
 		want         time.Duration
 	}{
 		{"a cheap pass", 2 * time.Millisecond, 0, passEvery},
-		{"a pass of 50ms", 50 * time.Millisecond, 0, 50 * time.Millisecond * passCostFactor},
+		{"a pass of 20ms", 20 * time.Millisecond, 0, 20 * time.Millisecond * passCostFactor},
 		{"a pass of 1s, capped", time.Second, 0, passEveryMax},
 		{"a cheap pass that waited 3s on writes", 2 * time.Millisecond, 3 * time.Second, passEvery},
-		{"a pass of 50ms that waited 1s on writes", 50 * time.Millisecond, time.Second, 50 * time.Millisecond * passCostFactor},
+		{"a pass of 20ms that waited 1s on writes", 20 * time.Millisecond, time.Second, 20 * time.Millisecond * passCostFactor},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
