@@ -94,7 +94,7 @@ func (s *snapshot) planNodes() []plan.Node {
 // status write leaves it unchanged. It is combined without regard to order,
 // because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
-	reads *cachedReads
+	reads  *cachedReads
 	mu     sync.Mutex
 	key    uint64
 	valid  bool
