@@ -81,3 +81,18 @@ func daemonSetMattersToUpgrade() predicate.Funcs {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
+
+// revisionMattersToUpgrade passes a driver DaemonSet's revision created or
+// renumbered (the newest one says which pods are in sync), not its deletion
+// nor an update that leaves its number.
+func revisionMattersToUpgrade() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*appsv1.ControllerRevision)
+			n, ok2 := e.ObjectNew.(*appsv1.ControllerRevision)
+			return ok1 && ok2 && o.Revision != n.Revision
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

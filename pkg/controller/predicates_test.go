@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -144,5 +145,26 @@ func TestLabellerNodeChanged(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The upgrade machine wakes when a driver DaemonSet's newest revision
+// appears or is renumbered, since that decides which pods are in sync.
+func TestRevisionMattersToUpgrade(t *testing.T) {
+	rev := func(n int64) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "ds-abc", ResourceVersion: fmt.Sprint(n)}, Revision: n}
+	}
+	p := revisionMattersToUpgrade()
+	if !p.Create(event.CreateEvent{Object: rev(1)}) {
+		t.Error("a new revision: want a pass")
+	}
+	if !p.Update(event.UpdateEvent{ObjectOld: rev(1), ObjectNew: rev(3)}) {
+		t.Error("a revision renumbered (an undo): want a pass")
+	}
+	if p.Update(event.UpdateEvent{ObjectOld: rev(3), ObjectNew: rev(3)}) {
+		t.Error("an update that keeps the number: want none")
+	}
+	if p.Delete(event.DeleteEvent{Object: rev(1)}) {
+		t.Error("a pruned revision: want none")
 	}
 }

@@ -471,6 +471,8 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		}
 		return reqs
 	})
+	// A driver pod's and a driver DaemonSet's revision both name their
+	// DaemonSet as controller.
 	ownerOfPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		ref := metav1.GetControllerOf(o)
 		if ref == nil || ref.Kind != "DaemonSet" {
@@ -502,6 +504,12 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()))).
 		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
 		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters())).
+		// Whether a pod is in sync is read from the DaemonSet's newest
+		// revision (an undo): a pass that ran while the revision cache lagged
+		// the DaemonSet (after an API server restart its watch may come back
+		// seconds later) judged against the old one, and nothing else would
+		// wake the machine when the revision arrives.
+		Watches(&appsv1.ControllerRevision{}, ownerOfPod, builder.WithPredicates(revisionMattersToUpgrade())).
 		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer, reads: reads}))
