@@ -63,7 +63,7 @@ type UpgradeReconciler struct {
 	Now      func() time.Time
 
 	pacer *statusPacer
-	// reads are the informers' stores: nodes and driver pods.
+	// reads is the node informer's store (the CR's nodes, uncopied).
 	reads *cachedReads
 }
 
