@@ -222,18 +222,7 @@ func nodeChanged(c client.Client) predicate.Funcs {
 				return true
 			}
 			// Another label changed: it matters only if some CR selects on it.
-			drivers := &v1alpha1.NVIDIADriverList{}
-			if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
-				return true
-			}
-			for _, d := range drivers.Items {
-				for k := range d.Spec.NodeSelector {
-					if o[k] != n[k] {
-						return true
-					}
-				}
-			}
-			return false
+			return someCRSelectsOn(c, func(k string) bool { return o[k] != n[k] })
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -255,18 +244,27 @@ func labellerNodeChanged(c client.Client) predicate.Funcs {
 			if !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) {
 				return true // a move's annotation
 			}
-			drivers := &v1alpha1.NVIDIADriverList{}
-			if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
-				return true
-			}
-			for _, d := range drivers.Items {
-				if _, ok := d.Spec.NodeSelector[plan.LabelUpgradeState]; ok {
-					return true
-				}
-			}
-			return false
+			return someCRSelectsOn(c, func(k string) bool { return k == plan.LabelUpgradeState })
 		},
 	}
+}
+
+// someCRSelectsOn: some NVIDIADriver's nodeSelector has a key that matters
+// (read from the cache, uncopied). On a failed read it answers yes: a
+// needless pass is cheaper than a missed one.
+func someCRSelectsOn(c client.Reader, matters func(key string) bool) bool {
+	drivers := &v1alpha1.NVIDIADriverList{}
+	if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
+		return true
+	}
+	for _, d := range drivers.Items {
+		for k := range d.Spec.NodeSelector {
+			if matters(k) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Setup registers the reconcilers with the manager.
