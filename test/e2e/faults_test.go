@@ -213,6 +213,20 @@ spec:
 		}
 	}()
 
+	// Finished means on the new version: right after the patch every node is
+	// still upgrade-done from before it, and a kill loop that stopped on that
+	// landed no kill at all.
+	finished := func() error {
+		if err := allNodesIn(t, "crash", total, upgrade.StateDone); err != nil {
+			return err
+		}
+		for _, p := range driverPods(t) {
+			if strings.HasPrefix(p.Spec.NodeName, "cr-") && !strings.Contains(p.Spec.Containers[0].Image, "525.125.06") {
+				return fmt.Errorf("%s still on %s", p.Name, p.Spec.Containers[0].Image)
+			}
+		}
+		return nil
+	}
 	kubectl(t, "patch", "nvidiadriver/crash", "--type=json", `-p=[{"op":"replace","path":"/spec/version","value":"525.125.06"}]`)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	start := time.Now()
@@ -228,7 +242,7 @@ spec:
 			return nil
 		})
 		time.Sleep(time.Duration(100+rng.IntN(1400)) * time.Millisecond) // the fault's timing, not a synchronisation
-		if allNodesIn(t, "crash", total, upgrade.StateDone) == nil {
+		if finished() == nil {
 			break
 		}
 		stopController() // SIGKILL
@@ -237,17 +251,7 @@ spec:
 		}
 		survived++
 	}
-	eventually(t, 10*time.Minute, "the rollout to finish", func() error {
-		if err := allNodesIn(t, "crash", total, upgrade.StateDone); err != nil {
-			return err
-		}
-		for _, p := range driverPods(t) {
-			if strings.HasPrefix(p.Spec.NodeName, "cr-") && !strings.Contains(p.Spec.Containers[0].Image, "525.125.06") {
-				return fmt.Errorf("%s still on %s", p.Name, p.Spec.Containers[0].Image)
-			}
-		}
-		return nil
-	})
+	eventually(t, 10*time.Minute, "the rollout to finish", finished)
 	close(stop)
 	<-done
 	// The last node's new pod may have come after the sampler's last look.
