@@ -77,22 +77,33 @@ func GPULabels(labels map[string]string) map[string]string {
 // for the RHEL family (v26.7 behaviour). It also returns the OS labels a pool
 // selects on. ok is false when a needed label is missing.
 func OSTag(labels map[string]string) (tag string, selector map[string]string, ok bool) {
+	tag, versionKey, ok := osTagOf(labels)
+	if !ok {
+		return "", nil, false
+	}
+	return tag, osSelector(labels, versionKey), true
+}
+
+// osTagOf is OSTag without the selector, which the planner needs once per
+// pool, not once per node; versionKey is the version label it read.
+func osTagOf(labels map[string]string) (tag, versionKey string, ok bool) {
 	id := labels[LabelOSID]
 	if id == "" {
-		return "", nil, false
+		return "", "", false
 	}
+	versionKey = LabelOSVersion
 	if majorOnly(id) {
-		major := labels[LabelOSVersionMajor]
-		if major == "" {
-			return "", nil, false
-		}
-		return id + major, map[string]string{LabelOSID: id, LabelOSVersionMajor: major}, true
+		versionKey = LabelOSVersionMajor
 	}
-	ver := labels[LabelOSVersion]
+	ver := labels[versionKey]
 	if ver == "" {
-		return "", nil, false
+		return "", "", false
 	}
-	return id + ver, map[string]string{LabelOSID: id, LabelOSVersion: ver}, true
+	return id + ver, versionKey, true
+}
+
+func osSelector(labels map[string]string, versionKey string) map[string]string {
+	return map[string]string{LabelOSID: labels[LabelOSID], versionKey: labels[versionKey]}
 }
 
 func majorOnly(id string) bool {

@@ -211,6 +211,24 @@ type planner struct {
 	workingDefault *v1alpha1.NVIDIADriver
 	nodes          []Node // by name
 	conflicted     bool
+	// selectors are the live non-default drivers' nodeSelectors as pairs,
+	// in live's order: ranging over a map per node and CR was most of a
+	// plan's cost at thousands of nodes.
+	selectors []selector
+}
+
+type selector struct {
+	d     *v1alpha1.NVIDIADriver
+	pairs [][2]string
+}
+
+func (s selector) matches(labels map[string]string) bool {
+	for _, kv := range s.pairs {
+		if got, ok := labels[kv[0]]; !ok || got != kv[1] {
+			return false
+		}
+	}
+	return true
 }
 
 func newPlanner(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) *planner {
@@ -236,8 +254,18 @@ func newPlanner(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) *pl
 		pl.byName[d.Name] = d
 	}
 	pl.workingDefault = pickDefault(pl.live, pl.out)
+	for _, d := range pl.live {
+		if d.Spec.Default {
+			continue
+		}
+		sel := selector{d: d, pairs: make([][2]string, 0, len(d.Spec.NodeSelector))}
+		for k, v := range d.Spec.NodeSelector {
+			sel.pairs = append(sel.pairs, [2]string{k, v})
+		}
+		pl.selectors = append(pl.selectors, sel)
+	}
 	pl.nodes = slices.Clone(nodes)
-	sort.Slice(pl.nodes, func(i, j int) bool { return pl.nodes[i].Name < pl.nodes[j].Name })
+	slices.SortFunc(pl.nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return pl
 }
 
@@ -262,9 +290,9 @@ func (pl *planner) routeNode(n Node) {
 		return
 	}
 	var matched []*v1alpha1.NVIDIADriver
-	for _, d := range pl.live {
-		if !d.Spec.Default && Selects(&d.Spec, n.Labels) {
-			matched = append(matched, d)
+	for _, s := range pl.selectors {
+		if s.matches(n.Labels) {
+			matched = append(matched, s.d)
 		}
 	}
 	if len(matched) == 0 && pl.workingDefault != nil {
@@ -360,7 +388,7 @@ func (pl *planner) addMember(pools map[string]map[poolKey]*Pool, m member) {
 	} else {
 		pd.SelectedNodes = append(pd.SelectedNodes, n.Name)
 	}
-	osTag, osSel, ok := OSTag(n.Labels)
+	osTag, versionKey, ok := osTagOf(n.Labels)
 	if !ok {
 		if !m.leaving {
 			pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingOS})
@@ -383,7 +411,7 @@ func (pl *planner) addMember(pools map[string]map[poolKey]*Pool, m member) {
 	key := poolKey{osTag, kernel}
 	pool := pools[owner][key]
 	if pool == nil {
-		pool = newPool(d, pd, osTag, osSel, kernel)
+		pool = newPool(d, pd, osTag, osSelector(n.Labels, versionKey), kernel)
 		pools[owner][key] = pool
 	}
 	pool.Nodes = append(pool.Nodes, n.Name)
