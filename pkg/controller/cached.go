@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,17 +25,26 @@ import (
 // The objects must never be modified: copy one before changing it (the
 // upgrade machine copies the nodes it patches).
 //
-// Driver pods are not read this way: their cache is limited to the driver
-// namespace, and controller-runtime's informer for a namespace-limited cache
-// does not expose its store; they go through the client's List.
+// Driver pods are read the same way, from a store indexed by DaemonSet and
+// by node. Their informer is cluster-scoped with a metadata.namespace field
+// selector rather than namespace-limited (CacheOptions): controller-runtime's
+// informer for a namespace-limited cache does not expose its store.
 type cachedReads struct {
 	nodes toolscache.Indexer
+	pods  toolscache.Indexer
 }
 
 // idxRunBy is our own index on the node informer (not a controller-runtime
 // field index, whose keys are its internal format): nodes by the CR whose
 // upgrade machine carries them (upgrade.RunBy).
 const idxRunBy = "nvdriver.runBy"
+
+// idxPodController and idxPodNode index the cached driver pods by their
+// DaemonSet's UID and by their node.
+const (
+	idxPodController = "nvdriver.pod.controller"
+	idxPodNode       = "nvdriver.pod.node"
+)
 
 // newCachedReads adds our index to the cache's node informer and keeps its
 // indexer. It fails when the cache does not expose it.
@@ -52,7 +62,26 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cachedReads{nodes: nodes}, nil
+	pods, err := indexerOf(ctx, c, &corev1.Pod{}, toolscache.Indexers{
+		idxPodController: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				if ref := metav1.GetControllerOfNoCopy(p); ref != nil && ref.Kind == "DaemonSet" {
+					return []string{string(ref.UID)}, nil
+				}
+			}
+			return nil, nil
+		},
+		idxPodNode: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				return []string{p.Spec.NodeName}, nil
+			}
+			return nil, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &cachedReads{nodes: nodes, pods: pods}, nil
 }
 
 func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolscache.Indexers) (toolscache.Indexer, error) {
@@ -77,6 +106,26 @@ func (c *cachedReads) allNodes() []*corev1.Node { return asNodes(c.nodes.List())
 func (c *cachedReads) nodesRunBy(driver string) ([]*corev1.Node, error) {
 	objs, err := c.nodes.ByIndex(idxRunBy, driver)
 	return asNodes(objs), err
+}
+
+// allPods are every cached driver pod.
+func (c *cachedReads) allPods() []*corev1.Pod { return asPods(c.pods.List()) }
+
+// podsBy are the cached driver pods of a DaemonSet (idxPodController, by
+// UID) or on a node (idxPodNode, by name).
+func (c *cachedReads) podsBy(index, value string) ([]*corev1.Pod, error) {
+	objs, err := c.pods.ByIndex(index, value)
+	return asPods(objs), err
+}
+
+func asPods(objs []any) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func asNodes(objs []any) []*corev1.Node {

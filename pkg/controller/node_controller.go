@@ -41,10 +41,7 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	running, err := r.nodesRunningDrivers(ctx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	running := r.nodesRunningDrivers()
 	c := newNodeChanges()
 	// GPU labels first, so a node NFD just found is planned as a GPU node.
 	nodes := snap.planNodes()
@@ -241,18 +238,14 @@ func setAnnotation(changes map[string]map[string]*string, node, key, value strin
 }
 
 // nodesRunningDrivers are the nodes where a driver pod runs (not terminating).
-func (r *NodeLabeler) nodesRunningDrivers(ctx context.Context) (map[string]bool, error) {
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
-		return nil, fmt.Errorf("listing driver pods: %w", err)
-	}
+func (r *NodeLabeler) nodesRunningDrivers() map[string]bool {
 	out := map[string]bool{}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+	for _, p := range r.plans.reads.allPods() {
+		if p.Namespace == r.Namespace && p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			out[p.Spec.NodeName] = true
 		}
 	}
-	return out, nil
+	return out
 }
 
 func setAnnotationNull(changes map[string]map[string]*string, node, key string) {

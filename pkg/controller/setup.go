@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
@@ -69,13 +70,10 @@ func (o Options) imageGate(secrets client.Reader) (*imageGate, error) {
 
 const ownerIndex = "metadata.ownerReferences.nvidiadriver"
 
-// podControllerIndex and podNodeIndex index the cached driver pods (and
-// ControllerRevisions) by their DaemonSet's UID, and the pods by node. Nodes
-// have an index of their own (cachedReads).
-const (
-	podControllerIndex = "nvdriver.pod.controller"
-	podNodeIndex       = "nvdriver.pod.node"
-)
+// podControllerIndex indexes the cached ControllerRevisions by their
+// DaemonSet's UID. Nodes and driver pods have indexes of their own
+// (cachedReads).
+const podControllerIndex = "nvdriver.revision.controller"
 
 // CacheOptions keeps the cache small at thousands of nodes: nodes keep only
 // what the plan and the upgrade logic read (docs/design.md, "Node cache"), and only our
@@ -97,11 +95,15 @@ func CacheOptions(namespace string) cache.Options {
 			Label:      labels.NewSelector().Add(*component),
 			Transform:  trimRevision,
 		},
-		// Driver pods only (the upgrade machine reads their revision and readiness).
+		// Driver pods only (the upgrade machine reads their revision and
+		// readiness). Cluster-scoped with a namespace field selector, not
+		// namespace-limited: only then does the informer expose the store
+		// the passes read (cachedReads). The ClusterRole already lists pods
+		// everywhere (drain).
 		&corev1.Pod{}: {
-			Namespaces: map[string]cache.Config{namespace: {}},
-			Label:      labels.NewSelector().Add(*component),
-			Transform:  trimPod,
+			Field:     fields.OneTermEqualSelector("metadata.namespace", namespace),
+			Label:     labels.NewSelector().Add(*component),
+			Transform: trimPod,
 		},
 	}
 	maps.Copy(byObject, driverPodObjectsCache(namespace))
@@ -333,8 +335,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // registerIndexes adds the cache indexes the reconcilers look objects up by
-// through the client: DaemonSets by owning CR, pods by DaemonSet and by
-// node, ControllerRevisions by DaemonSet.
+// through the client: DaemonSets by owning CR, ControllerRevisions by
+// DaemonSet.
 func registerIndexes(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
 		ref := metav1.GetControllerOf(o)
@@ -342,22 +344,6 @@ func registerIndexes(mgr ctrl.Manager) error {
 			return nil
 		}
 		return []string{string(ref.UID)}
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podControllerIndex, func(o client.Object) []string {
-		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
-			return []string{string(ref.UID)}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
-		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
-			return []string{n}
-		}
-		return nil
 	}); err != nil {
 		return err
 	}

@@ -63,27 +63,23 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		}
 	}
 	// Only this CR's pods (by DaemonSet) and the pods on nodes moving in (by
-	// node), through cache indexes: listing every driver pod of the cluster
-	// for each CR's pass made a rollout quadratic in nodes. The objects are
-	// the cache's own (read, never modified; the one deleted is copied).
-	var items []*corev1.Pod // pointers: a Pod is a kilobyte to copy
-	list := func(field, value string) error {
-		pods := &corev1.PodList{}
-		if err := r.Client.List(ctx, pods, client.InNamespace(r.Options.Namespace), client.MatchingFields{field: value}, client.UnsafeDisableDeepCopy); err != nil {
-			return err
-		}
-		for i := range pods.Items {
-			items = append(items, &pods.Items[i])
-		}
-		return nil
+	// node), through the store's indexes: listing every driver pod of the
+	// cluster for each CR's pass made a rollout quadratic in nodes. The
+	// objects are the cache's own (read, never modified; the one deleted is
+	// copied).
+	var items []*corev1.Pod
+	list := func(index, value string) error {
+		pods, err := r.reads.podsBy(index, value)
+		items = append(items, pods...)
+		return err
 	}
 	for uid := range gen {
-		if err := list(podControllerIndex, string(uid)); err != nil {
+		if err := list(idxPodController, string(uid)); err != nil {
 			return nil, nil, err
 		}
 	}
 	for node := range movingIn {
-		if err := list(podNodeIndex, node); err != nil {
+		if err := list(idxPodNode, node); err != nil {
 			return nil, nil, err
 		}
 	}
