@@ -46,7 +46,7 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 	// GPU labels first, so a node NFD just found is planned as a GPU node.
 	nodes := snap.planNodes()
 	for i := range nodes {
-		for k, v := range plan.GPULabels(nodes[i].Labels) {
+		for k, v := range snap.fact(i).gpuLabels {
 			set(c.labels, nodes[i].Name, k, v)
 		}
 	}
@@ -89,9 +89,10 @@ func newNodeChanges() *nodeChanges {
 // releaseLeftNodes hands back, as they were, the nodes that left every
 // driver while the upgrade machine held them.
 func (c *nodeChanges) releaseLeftNodes(snap *snapshot, p plan.Plan) {
-	for _, n := range snap.nodes {
-		state, ok := n.Labels[upgrade.LabelState]
-		if !ok || p.Owner[n.Name] != "" || n.Labels[plan.LabelOwner] != "" {
+	for i, n := range snap.nodes {
+		f := snap.fact(i)
+		state := f.state
+		if !f.hasState || f.plan.Owner != "" || p.Owner[n.Name] != "" {
 			continue
 		}
 		// The node left every driver (its CR was deleted, or it was relabelled
@@ -112,7 +113,7 @@ func (c *nodeChanges) releaseLeftNodes(snap *snapshot, p plan.Plan) {
 // where no driver runs, else by asking the upgrade machine to move it.
 func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []plan.Node, p plan.Plan, running map[string]bool) {
 	for i, n := range nodes {
-		want, have := p.Owner[n.Name], n.Labels[plan.LabelOwner]
+		want, have := p.Owner[n.Name], n.Facts.Owner
 		target := want
 		if target == "" {
 			target = upgrade.MoveRelease
@@ -129,7 +130,7 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 			// The upgrade machine cordons and empties the node, then moves it.
 			if moving != target {
 				setAnnotation(c.annotations, n.Name, upgrade.AnnotationMoveTo, target)
-				if st := n.Labels[upgrade.LabelState]; st == "" || st == upgrade.StateDone {
+				if st := snap.fact(i).state; st == "" || st == upgrade.StateDone {
 					set(c.labels, n.Name, upgrade.LabelState, upgrade.StateRequired)
 				}
 			}

@@ -99,7 +99,7 @@ func (r *UpgradeReconciler) rollBack(ctx context.Context, d *v1alpha1.NVIDIADriv
 	var good *appsv1.ControllerRevision
 	for i := range list.Items {
 		cr := &list.Items[i]
-		if ref := metav1.GetControllerOf(cr); ref == nil || ref.UID != d.UID || cr.Name == RevisionName(d.Name, st.Revision) {
+		if ref := metav1.GetControllerOfNoCopy(cr); ref == nil || ref.UID != d.UID || cr.Name == RevisionName(d.Name, st.Revision) {
 			continue
 		}
 		if good == nil || cr.Revision > good.Revision {

@@ -288,7 +288,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return reqs
 	})
 	driverOfDS := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		ref := metav1.GetControllerOf(o)
+		ref := metav1.GetControllerOfNoCopy(o)
 		if ref == nil || ref.Kind != "NVIDIADriver" {
 			return nil
 		}
@@ -339,7 +339,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // DaemonSet.
 func registerIndexes(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
-		ref := metav1.GetControllerOf(o)
+		ref := metav1.GetControllerOfNoCopy(o)
 		if ref == nil || ref.Kind != "NVIDIADriver" || ref.APIVersion != v1alpha1.GroupVersion.String() {
 			return nil
 		}
@@ -348,7 +348,7 @@ func registerIndexes(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.ControllerRevision{}, podControllerIndex, func(o client.Object) []string {
-		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DaemonSet" {
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "DaemonSet" {
 			return []string{string(ref.UID)}
 		}
 		return nil
@@ -458,7 +458,7 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 	// A driver pod's and a driver DaemonSet's revision both name their
 	// DaemonSet as controller.
 	ownerOfPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		ref := metav1.GetControllerOf(o)
+		ref := metav1.GetControllerOfNoCopy(o)
 		if ref == nil || ref.Kind != "DaemonSet" {
 			return nil
 		}
@@ -467,7 +467,7 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		if err := c.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, ds, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
-		if dref := metav1.GetControllerOf(ds); dref != nil && dref.Kind == "NVIDIADriver" {
+		if dref := metav1.GetControllerOfNoCopy(ds); dref != nil && dref.Kind == "NVIDIADriver" {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: dref.Name}}}
 		}
 		return nil

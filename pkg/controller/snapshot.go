@@ -19,6 +19,9 @@ import (
 type snapshot struct {
 	nodes   []*corev1.Node // the cache's own objects: read only
 	drivers []v1alpha1.NVIDIADriver
+	// facts[i] is what the passes read of nodes[i]'s labels (planCache
+	// fills them; nil in a snapshot made by hand: factsOf works them out).
+	facts []*nodeFact
 
 	// states and owners are nodeLabels' answer; owners are shared
 	// read-only with the plan cache (the owner label is in its key).
@@ -38,6 +41,17 @@ func takeSnapshot(ctx context.Context, reads *cachedReads, c client.Reader) (*sn
 	return &snapshot{nodes: nodes, drivers: drivers.Items}, nil
 }
 
+// fact is what the passes read of the i-th node's labels.
+func (s *snapshot) fact(i int) *nodeFact {
+	if s.facts == nil {
+		s.facts = make([]*nodeFact, len(s.nodes))
+	}
+	if s.facts[i] == nil {
+		s.facts[i] = factOf(s.nodes[i], false)
+	}
+	return s.facts[i]
+}
+
 // nodeLabels are the nodes' upgrade states (where set) and owner labels.
 func (s *snapshot) nodeLabels() (states, owners map[string]string) {
 	if s.states == nil {
@@ -45,7 +59,7 @@ func (s *snapshot) nodeLabels() (states, owners map[string]string) {
 		// state out (snapshotKey), so a cached plan's states may be older.
 		s.states = map[string]string{}
 		for i := range s.nodes {
-			if st := s.nodes[i].Labels[plan.LabelUpgradeState]; st != "" {
+			if st := s.fact(i).state; st != "" {
 				s.states[s.nodes[i].Name] = st
 			}
 		}
@@ -53,7 +67,7 @@ func (s *snapshot) nodeLabels() (states, owners map[string]string) {
 	if s.owners == nil {
 		s.owners = make(map[string]string, len(s.nodes))
 		for i := range s.nodes {
-			s.owners[s.nodes[i].Name] = s.nodes[i].Labels[plan.LabelOwner]
+			s.owners[s.nodes[i].Name] = s.fact(i).plan.Owner
 		}
 	}
 	return s.states, s.owners
@@ -67,7 +81,7 @@ func (s *snapshot) platformOf() func(node string) string {
 		if byName == nil {
 			byName = make(map[string]string, len(s.nodes))
 			for i := range s.nodes {
-				byName[s.nodes[i].Name] = imagecheck.Platform(s.nodes[i].Labels)
+				byName[s.nodes[i].Name] = s.fact(i).platform
 			}
 		}
 		if p, ok := byName[node]; ok {
@@ -80,9 +94,34 @@ func (s *snapshot) platformOf() func(node string) string {
 func (s *snapshot) planNodes() []plan.Node {
 	out := make([]plan.Node, len(s.nodes))
 	for i := range s.nodes {
-		out[i] = plan.Node{Name: s.nodes[i].Name, Labels: s.nodes[i].Labels}
+		out[i] = plan.Node{Name: s.nodes[i].Name, Labels: s.nodes[i].Labels, Facts: &s.fact(i).plan}
 	}
 	return out
+}
+
+// nodeFact is what the passes read of one node's labels, worked out once
+// per version of the node (nodeMemo) rather than looked up in its label map
+// by every pass: those lookups, on every node in every pass, were a quarter
+// of the controller's CPU at 5,000 nodes (docs/design.md, "Node facts").
+// Shared and read-only once made.
+type nodeFact struct {
+	resourceVersion string
+	withState       bool   // whether key includes the upgrade state
+	key             uint64 // the node's share of the plan cache's key
+	plan            plan.Facts
+	state           string            // the upgrade-state label
+	hasState        bool              // whether it is set (maybe to "")
+	platform        string            // imagecheck.Platform
+	gpuLabels       map[string]string // plan.GPULabels: nil when none is missing
+}
+
+func factOf(n *corev1.Node, withState bool) *nodeFact {
+	f := &nodeFact{
+		resourceVersion: n.ResourceVersion, withState: withState, key: nodeKey(n, withState),
+		plan: plan.FactsOf(n.Labels), platform: imagecheck.Platform(n.Labels), gpuLabels: plan.GPULabels(n.Labels),
+	}
+	f.state, f.hasState = n.Labels[plan.LabelUpgradeState]
+	return f
 }
 
 // planCache shares one plan among the reconciles that see the same cluster:
@@ -94,39 +133,31 @@ func (s *snapshot) planNodes() []plan.Node {
 // status write leaves it unchanged. It is combined without regard to order,
 // because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
-	reads  *cachedReads
-	mu     sync.Mutex
-	key    uint64
-	valid  bool
-	plan   plan.Plan
-	hashes nodeHashes
+	reads *cachedReads
+	mu    sync.Mutex
+	key   uint64
+	valid bool
+	plan  plan.Plan
+	memo  nodeMemo
 	// the owners of nodeLabels of the plan's snapshot (the owner label is
 	// in the key; the upgrade state is not, so states are never shared)
 	owners map[string]string
 }
 
-// nodeHashes remembers each node's share of the key by resourceVersion:
-// hashing every label of every node on each reconcile was a tenth of the
-// controller's CPU while a fleet came up, and between two reconciles only
-// the nodes that changed have a new resourceVersion.
-type nodeHashes map[string]nodeHash
+// nodeMemo remembers each node's facts by resourceVersion: between two
+// passes only the nodes that changed have a new one.
+type nodeMemo map[string]*nodeFact
 
-type nodeHash struct {
-	resourceVersion string
-	withState       bool
-	hash            uint64
-}
-
-func (m nodeHashes) of(n *corev1.Node, withState bool) uint64 {
+func (m nodeMemo) of(n *corev1.Node, withState bool) *nodeFact {
 	if m == nil || n.ResourceVersion == "" {
-		return nodeKey(n, withState)
+		return factOf(n, withState)
 	}
-	if e, ok := m[n.Name]; ok && e.resourceVersion == n.ResourceVersion && e.withState == withState {
-		return e.hash
+	if f, ok := m[n.Name]; ok && f.resourceVersion == n.ResourceVersion && f.withState == withState {
+		return f
 	}
-	h := nodeKey(n, withState)
-	m[n.Name] = nodeHash{n.ResourceVersion, withState, h}
-	return h
+	f := factOf(n, withState)
+	m[n.Name] = f
+	return f
 }
 
 func nodeKey(n *corev1.Node, withState bool) uint64 {
@@ -142,7 +173,9 @@ func nodeKey(n *corev1.Node, withState bool) uint64 {
 
 func snapshotKey(s *snapshot) uint64 { return snapshotKeyWith(s, nil) }
 
-func snapshotKeyWith(s *snapshot, hashes nodeHashes) uint64 {
+// snapshotKeyWith is the plan key, from the nodes' facts in memo; it fills
+// the snapshot's facts.
+func snapshotKeyWith(s *snapshot, memo nodeMemo) uint64 {
 	// The upgrade state label changes at every step of every node's upgrade
 	// and the plan never reads it, unless a CR selects nodes by it.
 	withState := false
@@ -152,8 +185,10 @@ func snapshotKeyWith(s *snapshot, hashes nodeHashes) uint64 {
 		}
 	}
 	var sum uint64
+	s.facts = make([]*nodeFact, len(s.nodes))
 	for i := range s.nodes {
-		sum += hashes.of(s.nodes[i], withState)
+		s.facts[i] = memo.of(s.nodes[i], withState)
+		sum += s.facts[i].key
 	}
 	var drivers uint64
 	for i := range s.drivers {
@@ -204,10 +239,10 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 		return nil, plan.Plan{}, err
 	}
 	c.mu.Lock()
-	if c.hashes == nil || len(c.hashes) > 2*len(snap.nodes)+64 {
-		c.hashes = nodeHashes{} // forget deleted nodes now and then
+	if c.memo == nil || len(c.memo) > 2*len(snap.nodes)+64 {
+		c.memo = nodeMemo{} // forget deleted nodes now and then
 	}
-	key := snapshotKeyWith(snap, c.hashes)
+	key := snapshotKeyWith(snap, c.memo)
 	if c.valid && c.key == key {
 		p := c.plan
 		snap.owners = c.owners

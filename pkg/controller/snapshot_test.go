@@ -71,21 +71,24 @@ func TestSnapshotKey(t *testing.T) {
 	}
 }
 
-// The remembered node hashes give the same key as hashing afresh, and a
-// node's new resourceVersion (any change to it) is hashed again.
+// The remembered node facts give the same key as hashing afresh, and a
+// node's new resourceVersion (any change to it) is worked out again.
 func TestSnapshotKeyRemembered(t *testing.T) {
-	hashes := nodeHashes{}
+	hashes := nodeMemo{}
 	s := keyTestSnapshot()
 	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
 		t.Fatalf("remembered key %x, fresh %x", got, want)
 	}
 	s.nodes[0].Labels["pool"] = "silver"
+	s.nodes[0].Labels[plan.LabelOwner] = "silver"
+	s.nodes[0].Labels[plan.LabelUpgradeState] = "upgrade-required"
 	s.nodes[0].ResourceVersion = "2"
 	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
 		t.Fatalf("after a label change with a new resourceVersion: remembered key %x, fresh %x", got, want)
 	}
-	if e := hashes["a"]; e.resourceVersion != "2" {
-		t.Errorf("node a remembered at resourceVersion %q, want 2", e.resourceVersion)
+	if e := hashes["a"]; e.resourceVersion != "2" || e.plan.Owner != "silver" || e.state != "upgrade-required" {
+		t.Errorf("node a remembered at resourceVersion %q with owner %q and state %q, want 2, silver, upgrade-required",
+			e.resourceVersion, e.plan.Owner, e.state)
 	}
 	s.nodes[1].ResourceVersion = "" // objects built by hand: never remembered
 	s.nodes[1].Labels["pool"] = "bronze"

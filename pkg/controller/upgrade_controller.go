@@ -133,16 +133,29 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // actions the pass decides.
 type pass struct {
 	inputs    []upgrade.Node
-	byName    map[string]*corev1.Node
+	nodes     []*corev1.Node // nodes[i] is inputs[i]'s
+	index     map[string]int // by name, made on first need (at)
 	podObjs   map[string]*corev1.Pod
 	listed    map[string][]corev1.Pod
 	evictable map[string][]corev1.Pod
 }
 
+// at is the position of the named node in inputs and nodes; the index is
+// made on the first call, which most passes (deciding nothing) never make.
+func (ps *pass) at(name string) int {
+	if ps.index == nil {
+		ps.index = make(map[string]int, len(ps.inputs))
+		for i := range ps.inputs {
+			ps.index[ps.inputs[i].Name] = i
+		}
+	}
+	return ps.index[name]
+}
+
 // observe builds the machine's inputs: each node's state, and the pods on
 // the nodes whose step reads them.
 func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
-	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), byName: map[string]*corev1.Node{}, podObjs: podObjs,
+	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), nodes: nodes, podObjs: podObjs,
 		listed: map[string][]corev1.Pod{}, evictable: map[string][]corev1.Pod{}}
 	// Nodes mid-upgrade need the pods on them (uncached, per node): read
 	// concurrently, so a pass at maxParallelUpgrades 100 is not 100 round trips long.
@@ -150,19 +163,15 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 	g.SetLimit(passWorkers)
 	var podsMu sync.Mutex
 	for i, n := range nodes {
-		ps.byName[n.Name] = n
 		in := upgrade.Node{
 			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",
 			Unschedulable: n.Spec.Unschedulable, NotReady: !nodeReady(n), Annotations: n.Annotations, DriverPod: pods[n.Name],
 			Labels: n.Labels,
 		}
 		if po := podObjs[n.Name]; po != nil {
-			if ref := metav1.GetControllerOf(po); ref != nil {
+			if ref := metav1.GetControllerOfNoCopy(po); ref != nil {
 				in.Pool = ref.Name
 			}
-		}
-		if in.Annotations == nil {
-			in.Annotations = map[string]string{}
 		}
 		ps.inputs[i] = in
 		if !r.needsPods(in, policy) {
@@ -257,24 +266,21 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		exec     errgroup.Group
 	)
 	exec.SetLimit(passWorkers)
-	held := map[string]bool{}
-	for _, in := range ps.inputs {
-		held[in.Name] = in.Held != ""
-	}
 	for _, dec := range upgrade.Decide(ps.inputs, policy, now) {
 		// A node the rollout holds waits for an event (a resume, a spec
 		// change, a node finishing), not for a timer: a paused rollout costs
 		// nothing while it waits.
-		if upgrade.InProgress(dec.To) || (dec.To == upgrade.StateRequired && !held[dec.Node]) {
+		if upgrade.InProgress(dec.To) || (dec.To == upgrade.StateRequired && ps.inputs[ps.at(dec.Node)].Held == "") {
 			busy = true
 		}
 		if !dec.Changed() {
 			continue
 		}
+		node := ps.nodes[ps.at(dec.Node)]
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
-			if err := r.execute(ctx, d, ps.byName[dec.Node].DeepCopy(), ps.podObjs[dec.Node], ps.listed[dec.Node], ps.evictable[dec.Node], dec); err != nil {
+			if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], ps.listed[dec.Node], ps.evictable[dec.Node], dec); err != nil {
 				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 				mu.Lock()
 				if firstErr == nil {

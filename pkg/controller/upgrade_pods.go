@@ -45,7 +45,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	foreign := map[types.UID]bool{}
 	pending := map[types.UID]bool{}
 	for _, ds := range dss.Items {
-		ref := metav1.GetControllerOf(&ds)
+		ref := metav1.GetControllerOfNoCopy(&ds)
 		switch {
 		case ref != nil && ref.UID == d.UID:
 			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
@@ -86,7 +86,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	out := map[string]*upgrade.DriverPod{}
 	objs := map[string]*corev1.Pod{}
 	for _, p := range items {
-		ref := metav1.GetControllerOf(p)
+		ref := metav1.GetControllerOfNoCopy(p)
 		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
 			continue
 		}

@@ -65,8 +65,10 @@ func fuzzCluster(data []byte) ([]Node, []v1alpha1.NVIDIADriver) {
 	return nodes, drivers
 }
 
-// FuzzCompute: never panics, is deterministic, and gives every node at most
-// one owner, which is a live CR that has the node in exactly one pool.
+// FuzzCompute: never panics, is deterministic, plans the same with each
+// node's Facts given ahead (as the controller calls it) as without, and gives
+// every node at most one owner, which is a live CR that has the node in
+// exactly one pool.
 // `make fuzz` runs it; the corpus in testdata/fuzz runs in every `go test`.
 func FuzzCompute(f *testing.F) {
 	f.Add([]byte{})
@@ -79,6 +81,14 @@ func FuzzCompute(f *testing.F) {
 			again := ComputeWith(nodes, drivers, Options{Rules: rules})
 			if !reflect.DeepEqual(p, again) {
 				t.Fatalf("%s: the plan is not deterministic", rules)
+			}
+			withFacts := make([]Node, len(nodes))
+			for i, n := range nodes {
+				f := FactsOf(n.Labels)
+				withFacts[i] = Node{Name: n.Name, Labels: n.Labels, Facts: &f}
+			}
+			if given := ComputeWith(withFacts, drivers, Options{Rules: rules}); !reflect.DeepEqual(p, given) {
+				t.Fatalf("%s: the plan with Facts given differs:\n%+v\nwithout:\n%+v", rules, given, p)
 			}
 			// A node sits in the pools of the CR that owns it, and, while it
 			// moves, also of the CR it is leaving (listed in Leaving): never more.

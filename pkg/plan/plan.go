@@ -41,6 +41,32 @@ const maxNamedNodes = 10
 type Node struct {
 	Name   string
 	Labels map[string]string
+	// Facts, when set, must be FactsOf(Labels): a caller that plans the
+	// same nodes again and again (the controller) keeps them per version
+	// of a node rather than have each Compute look them up again.
+	Facts *Facts
+}
+
+// Facts are what the plan reads of a node's labels other than through the
+// CRs' nodeSelectors.
+type Facts struct {
+	GPU      bool   // IsGPUNode
+	Excluded string // Excluded: the skip reason, or ""
+	Owner    string // the owner label's value
+	Kernel   string // the kernel label's value
+	// OSTag is OSTag's tag, "" when an OS label is missing; osVersionKey
+	// is the version label it was made from.
+	OSTag        string
+	osVersionKey string
+}
+
+// FactsOf works out a node's Facts from its labels.
+func FactsOf(labels map[string]string) Facts {
+	f := Facts{GPU: IsGPUNode(labels), Excluded: excluded(labels), Owner: labels[LabelOwner], Kernel: labels[LabelKernel]}
+	if tag, key, ok := osTagOf(labels); ok {
+		f.OSTag, f.osVersionKey = tag, key
+	}
+	return f
 }
 
 // Plan is the outcome for a whole cluster.
@@ -209,7 +235,7 @@ type planner struct {
 	byName         map[string]*v1alpha1.NVIDIADriver
 	out            map[string]*Driver // points into p.Drivers
 	workingDefault *v1alpha1.NVIDIADriver
-	nodes          []Node // by name
+	nodes          []Node // by name, each with its Facts
 	conflicted     bool
 	// selectors are the live non-default drivers' nodeSelectors as pairs,
 	// in live's order: ranging over a map per node and CR was most of a
@@ -265,6 +291,16 @@ func newPlanner(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) *pl
 		pl.selectors = append(pl.selectors, sel)
 	}
 	pl.nodes = slices.Clone(nodes)
+	var facts []Facts // for the nodes that came without
+	for i := range pl.nodes {
+		if pl.nodes[i].Facts == nil {
+			if facts == nil {
+				facts = make([]Facts, len(pl.nodes))
+			}
+			facts[i] = FactsOf(pl.nodes[i].Labels)
+			pl.nodes[i].Facts = &facts[i]
+		}
+	}
 	slices.SortFunc(pl.nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return pl
 }
@@ -279,13 +315,13 @@ func (pl *planner) route() {
 	}
 	if pl.conflicted && pl.opts.Rules == RulesGPUOperator {
 		for _, n := range pl.nodes {
-			pl.p.Owner[n.Name] = n.Labels[LabelOwner]
+			pl.p.Owner[n.Name] = n.Facts.Owner
 		}
 	}
 }
 
 func (pl *planner) routeNode(n Node) {
-	if !IsGPUNode(n.Labels) {
+	if !n.Facts.GPU {
 		pl.p.Owner[n.Name] = ""
 		return
 	}
@@ -298,7 +334,7 @@ func (pl *planner) routeNode(n Node) {
 	if len(matched) == 0 && pl.workingDefault != nil {
 		matched = []*v1alpha1.NVIDIADriver{pl.workingDefault}
 	}
-	if reason := excluded(n.Labels); reason != "" {
+	if reason := n.Facts.Excluded; reason != "" {
 		for _, d := range matched {
 			pl.out[d.Name].Skipped = append(pl.out[d.Name].Skipped, Skipped{Node: n.Name, Reason: reason})
 		}
@@ -322,7 +358,7 @@ func (pl *planner) routeNode(n Node) {
 		}
 		// The node keeps the owner it had, if that CR still lives: a label
 		// naming a deleted CR would hold nothing but the node itself.
-		if prev := n.Labels[LabelOwner]; pl.out[prev] != nil {
+		if prev := n.Facts.Owner; pl.out[prev] != nil {
 			pl.p.Owner[n.Name] = prev
 		} else {
 			pl.p.Owner[n.Name] = ""
@@ -366,10 +402,11 @@ func (pl *planner) buildPools() {
 func (pl *planner) members() []member {
 	var members []member
 	for _, n := range pl.nodes {
-		if owner := pl.p.Owner[n.Name]; owner != "" {
+		owner := pl.p.Owner[n.Name]
+		if owner != "" {
 			members = append(members, member{n: n, owner: owner})
 		}
-		if cur := n.Labels[LabelOwner]; cur != "" && cur != pl.p.Owner[n.Name] && pl.byName[cur] != nil && IsGPUNode(n.Labels) && excluded(n.Labels) == "" {
+		if cur := n.Facts.Owner; cur != "" && cur != owner && pl.byName[cur] != nil && n.Facts.GPU && n.Facts.Excluded == "" {
 			members = append(members, member{n: n, owner: cur, leaving: true})
 		}
 	}
@@ -388,8 +425,8 @@ func (pl *planner) addMember(pools map[string]map[poolKey]*Pool, m member) {
 	} else {
 		pd.SelectedNodes = append(pd.SelectedNodes, n.Name)
 	}
-	osTag, versionKey, ok := osTagOf(n.Labels)
-	if !ok {
+	osTag := n.Facts.OSTag
+	if osTag == "" {
 		if !m.leaving {
 			pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingOS})
 		}
@@ -397,7 +434,7 @@ func (pl *planner) addMember(pools map[string]map[poolKey]*Pool, m member) {
 	}
 	kernel := ""
 	if d.Spec.IsPrecompiled() {
-		kernel = n.Labels[LabelKernel]
+		kernel = n.Facts.Kernel
 		if kernel == "" {
 			if !m.leaving {
 				pd.Skipped = append(pd.Skipped, Skipped{Node: n.Name, Reason: ReasonMissingKernel})
@@ -411,7 +448,7 @@ func (pl *planner) addMember(pools map[string]map[poolKey]*Pool, m member) {
 	key := poolKey{osTag, kernel}
 	pool := pools[owner][key]
 	if pool == nil {
-		pool = newPool(d, pd, osTag, osSelector(n.Labels, versionKey), kernel)
+		pool = newPool(d, pd, osTag, osSelector(n.Labels, n.Facts.osVersionKey), kernel)
 		pools[owner][key] = pool
 	}
 	pool.Nodes = append(pool.Nodes, n.Name)
