@@ -39,27 +39,31 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	if err := r.Client.List(ctx, dss, opts...); err != nil {
 		return nil, nil, err
 	}
-	gen := map[types.UID]string{}
-	digest := map[types.UID]string{}
-	hash := map[types.UID]string{}
-	foreign := map[types.UID]bool{}
-	pending := map[types.UID]bool{}
+	// What the pods are judged against, per DaemonSet: one lookup per pod.
+	type dsInfo struct {
+		ours    bool   // this CR's (else another CR's, for nodes moving in)
+		gen     string // its template generation
+		digest  string // its config digest
+		hash    string // its newest revision's hash ("" while pending)
+		pending bool   // its template not yet observed
+	}
+	info := map[types.UID]*dsInfo{}
 	for _, ds := range dss.Items {
 		ref := metav1.GetControllerOfNoCopy(&ds)
 		switch {
 		case ref != nil && ref.UID == d.UID:
-			gen[ds.UID] = ds.Annotations[templateGenerationAnnotation]
-			digest[ds.UID] = render.PodConfigDigest(&ds.Spec.Template.Spec)
-			pending[ds.UID] = ds.Status.ObservedGeneration < ds.Generation
-			if !pending[ds.UID] {
+			in := &dsInfo{ours: true, gen: ds.Annotations[templateGenerationAnnotation],
+				digest: render.PodConfigDigest(&ds.Spec.Template.Spec), pending: ds.Status.ObservedGeneration < ds.Generation}
+			if !in.pending {
 				h, err := r.currentHash(ctx, ds.UID)
 				if err != nil {
 					return nil, nil, err
 				}
-				hash[ds.UID] = h
+				in.hash = h
 			}
+			info[ds.UID] = in
 		case ref != nil && ref.Kind == "NVIDIADriver":
-			foreign[ds.UID] = true
+			info[ds.UID] = &dsInfo{}
 		}
 	}
 	// Only this CR's pods (by DaemonSet) and the pods on nodes moving in (by
@@ -68,43 +72,43 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	// objects are the cache's own (read, never modified; the one deleted is
 	// copied).
 	var items []*corev1.Pod
-	list := func(index, value string) error {
-		pods, err := r.reads.podsBy(index, value)
-		items = append(items, pods...)
-		return err
-	}
-	for uid := range gen {
-		if err := list(idxPodController, string(uid)); err != nil {
-			return nil, nil, err
+	for uid, in := range info {
+		if in.ours {
+			pods, err := r.reads.podsBy(idxPodController, string(uid))
+			if err != nil {
+				return nil, nil, err
+			}
+			items = append(items, pods...)
 		}
 	}
 	for node := range movingIn {
-		if err := list(idxPodNode, node); err != nil {
+		pods, err := r.reads.podsBy(idxPodNode, node)
+		if err != nil {
 			return nil, nil, err
 		}
+		items = append(items, pods...)
 	}
-	out := map[string]*upgrade.DriverPod{}
-	objs := map[string]*corev1.Pod{}
+	out := make(map[string]*upgrade.DriverPod, len(items))
+	objs := make(map[string]*corev1.Pod, len(items))
 	for _, p := range items {
 		ref := metav1.GetControllerOfNoCopy(p)
 		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
 			continue
 		}
-		want, ok := gen[ref.UID]
-		if !ok && !(foreign[ref.UID] && movingIn[p.Spec.NodeName]) {
+		ds := info[ref.UID]
+		if ds == nil || (!ds.ours && !movingIn[p.Spec.NodeName]) {
 			continue
 		}
 		// In sync: made from the current template generation, or from an
 		// earlier one identical to it (the same revision hash, as the
 		// DaemonSet controller judges it): an undo does not restart pods
 		// that never left the template it returns to.
-		h := hash[ref.UID]
-		inSync := want != "" && (p.Labels[podTemplateGenerationLabel] == want || (h != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == h))
+		inSync := ds.gen != "" && (p.Labels[podTemplateGenerationLabel] == ds.gen || (ds.hash != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == ds.hash))
 		// Out of date but with the same config digest: a restart-only change.
 		pd := render.PodConfigDigest(&p.Spec)
-		restartOnly := !inSync && pd != "" && pd == digest[ref.UID]
+		restartOnly := !inSync && pd != "" && pd == ds.digest
 		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync, RestartOnly: restartOnly,
-			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil, TemplatePending: pending[ref.UID]}
+			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil, TemplatePending: ds.pending}
 		for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 			for i := range statuses {
 				dp.Restarts = max(dp.Restarts, statuses[i].RestartCount)
