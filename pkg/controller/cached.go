@@ -32,6 +32,7 @@ import (
 type cachedReads struct {
 	nodes toolscache.Indexer
 	pods  toolscache.Indexer
+	memo  nodeMemo // the nodes' facts
 }
 
 // idxRunBy is our own index on the node informer (not a controller-runtime

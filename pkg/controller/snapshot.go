@@ -12,6 +12,7 @@ import (
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/imagecheck"
 	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // snapshot is one read of the cluster from the cache: every decision of a
@@ -47,7 +48,7 @@ func (s *snapshot) fact(i int) *nodeFact {
 		s.facts = make([]*nodeFact, len(s.nodes))
 	}
 	if s.facts[i] == nil {
-		s.facts[i] = factOf(s.nodes[i], false)
+		s.facts[i] = factOf(s.nodes[i])
 	}
 	return s.facts[i]
 }
@@ -106,19 +107,23 @@ func (s *snapshot) planNodes() []plan.Node {
 // Shared and read-only once made.
 type nodeFact struct {
 	resourceVersion string
-	withState       bool   // whether key includes the upgrade state
-	key             uint64 // the node's share of the plan cache's key
-	plan            plan.Facts
-	state           string            // the upgrade-state label
-	hasState        bool              // whether it is set (maybe to "")
-	platform        string            // imagecheck.Platform
-	gpuLabels       map[string]string // plan.GPULabels: nil when none is missing
+	// the node's share of the plan cache's key, without and with the
+	// upgrade state (snapshotKey)
+	key, keyWithState uint64
+	plan              plan.Facts
+	state             string            // the upgrade-state label
+	hasState          bool              // whether it is set (maybe to "")
+	platform          string            // imagecheck.Platform
+	gpuLabels         map[string]string // plan.GPULabels: nil when none is missing
+	skip              bool              // the upgrade machine's skip label is "true"
+	ready             bool              // nodeReady
 }
 
-func factOf(n *corev1.Node, withState bool) *nodeFact {
+func factOf(n *corev1.Node) *nodeFact {
 	f := &nodeFact{
-		resourceVersion: n.ResourceVersion, withState: withState, key: nodeKey(n, withState),
+		resourceVersion: n.ResourceVersion, key: nodeKey(n, false), keyWithState: nodeKey(n, true),
 		plan: plan.FactsOf(n.Labels), platform: imagecheck.Platform(n.Labels), gpuLabels: plan.GPULabels(n.Labels),
+		skip: n.Labels[upgrade.LabelSkip] == "true", ready: nodeReady(n),
 	}
 	f.state, f.hasState = n.Labels[plan.LabelUpgradeState]
 	return f
@@ -138,26 +143,46 @@ type planCache struct {
 	key   uint64
 	valid bool
 	plan  plan.Plan
-	memo  nodeMemo
 	// the owners of nodeLabels of the plan's snapshot (the owner label is
 	// in the key; the upgrade state is not, so states are never shared)
 	owners map[string]string
 }
 
 // nodeMemo remembers each node's facts by resourceVersion: between two
-// passes only the nodes that changed have a new one.
-type nodeMemo map[string]*nodeFact
+// passes only the nodes that changed have a new one. One is shared by every
+// reconciler (cachedReads).
+type nodeMemo struct {
+	mu sync.Mutex
+	m  map[string]*nodeFact
+}
 
-func (m nodeMemo) of(n *corev1.Node, withState bool) *nodeFact {
-	if m == nil || n.ResourceVersion == "" {
-		return factOf(n, withState)
+// facts are the nodes' facts, in their order; a nil memo works them out
+// afresh. all says nodes are every node of the cluster: only then are the
+// deleted nodes' facts forgotten (now and then).
+func (m *nodeMemo) facts(nodes []*corev1.Node, all bool) []*nodeFact {
+	out := make([]*nodeFact, len(nodes))
+	if m == nil {
+		for i, n := range nodes {
+			out[i] = factOf(n)
+		}
+		return out
 	}
-	if f, ok := m[n.Name]; ok && f.resourceVersion == n.ResourceVersion && f.withState == withState {
-		return f
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil || (all && len(m.m) > 2*len(nodes)+64) {
+		m.m = make(map[string]*nodeFact, len(nodes))
 	}
-	f := factOf(n, withState)
-	m[n.Name] = f
-	return f
+	for i, n := range nodes {
+		f, ok := m.m[n.Name]
+		if !ok || f.resourceVersion != n.ResourceVersion || n.ResourceVersion == "" {
+			f = factOf(n)
+			if n.ResourceVersion != "" {
+				m.m[n.Name] = f
+			}
+		}
+		out[i] = f
+	}
+	return out
 }
 
 func nodeKey(n *corev1.Node, withState bool) uint64 {
@@ -175,7 +200,7 @@ func snapshotKey(s *snapshot) uint64 { return snapshotKeyWith(s, nil) }
 
 // snapshotKeyWith is the plan key, from the nodes' facts in memo; it fills
 // the snapshot's facts.
-func snapshotKeyWith(s *snapshot, memo nodeMemo) uint64 {
+func snapshotKeyWith(s *snapshot, memo *nodeMemo) uint64 {
 	// The upgrade state label changes at every step of every node's upgrade
 	// and the plan never reads it, unless a CR selects nodes by it.
 	withState := false
@@ -185,10 +210,13 @@ func snapshotKeyWith(s *snapshot, memo nodeMemo) uint64 {
 		}
 	}
 	var sum uint64
-	s.facts = make([]*nodeFact, len(s.nodes))
-	for i := range s.nodes {
-		s.facts[i] = memo.of(s.nodes[i], withState)
-		sum += s.facts[i].key
+	s.facts = memo.facts(s.nodes, true)
+	for _, f := range s.facts {
+		if withState {
+			sum += f.keyWithState
+		} else {
+			sum += f.key
+		}
 	}
 	var drivers uint64
 	for i := range s.drivers {
@@ -238,11 +266,8 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	if err != nil {
 		return nil, plan.Plan{}, err
 	}
+	key := snapshotKeyWith(snap, &c.reads.memo)
 	c.mu.Lock()
-	if c.memo == nil || len(c.memo) > 2*len(snap.nodes)+64 {
-		c.memo = nodeMemo{} // forget deleted nodes now and then
-	}
-	key := snapshotKeyWith(snap, c.memo)
 	if c.valid && c.key == key {
 		p := c.plan
 		snap.owners = c.owners

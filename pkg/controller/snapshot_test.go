@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 func keyTestSnapshot() *snapshot {
@@ -74,7 +76,7 @@ func TestSnapshotKey(t *testing.T) {
 // The remembered node facts give the same key as hashing afresh, and a
 // node's new resourceVersion (any change to it) is worked out again.
 func TestSnapshotKeyRemembered(t *testing.T) {
-	hashes := nodeMemo{}
+	hashes := &nodeMemo{}
 	s := keyTestSnapshot()
 	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
 		t.Fatalf("remembered key %x, fresh %x", got, want)
@@ -86,7 +88,7 @@ func TestSnapshotKeyRemembered(t *testing.T) {
 	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
 		t.Fatalf("after a label change with a new resourceVersion: remembered key %x, fresh %x", got, want)
 	}
-	if e := hashes["a"]; e.resourceVersion != "2" || e.plan.Owner != "silver" || e.state != "upgrade-required" {
+	if e := hashes.m["a"]; e.resourceVersion != "2" || e.plan.Owner != "silver" || e.state != "upgrade-required" {
 		t.Errorf("node a remembered at resourceVersion %q with owner %q and state %q, want 2, silver, upgrade-required",
 			e.resourceVersion, e.plan.Owner, e.state)
 	}
@@ -94,5 +96,30 @@ func TestSnapshotKeyRemembered(t *testing.T) {
 	s.nodes[1].Labels["pool"] = "bronze"
 	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
 		t.Fatalf("a node without resourceVersion: remembered key %x, fresh %x", got, want)
+	}
+}
+
+// The memo forgets deleted nodes only when it is shown every node: one CR's
+// upgrade pass reads a few nodes and must not wipe the others' facts.
+func TestNodeMemoForgetsOnlyOnAFullRead(t *testing.T) {
+	var all []*corev1.Node
+	for i := range 100 {
+		all = append(all, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i), ResourceVersion: "1",
+			Labels: map[string]string{plan.LabelOwner: "gold", plan.LabelUpgradeState: "upgrade-done", upgrade.LabelSkip: "true"}}})
+	}
+	m := &nodeMemo{}
+	first := m.facts(all, true)
+	if f := first[7]; f.plan.Owner != "gold" || f.state != "upgrade-done" || !f.skip || !f.ready {
+		t.Fatalf("facts of n7: %+v", f)
+	}
+	if again := m.facts(all[:2], false); again[1] != first[1] {
+		t.Error("an unchanged node's facts were worked out again")
+	}
+	if len(m.m) != 100 {
+		t.Fatalf("a partial read left %d facts, want 100", len(m.m))
+	}
+	m.facts(all[:10], true) // 90 nodes deleted: 100 > 2*10+64
+	if len(m.m) != 10 {
+		t.Fatalf("a full read of 10 nodes left %d facts, want 10", len(m.m))
 	}
 }

@@ -100,12 +100,13 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(r.written.behind(nodes)) > 0 {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
 	}
-	pods, podObjs, err := r.driverPods(ctx, d, nodes)
+	facts := r.reads.memo.facts(nodes, false)
+	pods, podObjs, err := r.driverPods(ctx, d, nodes, facts)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	ps, err := r.observe(ctx, policy, nodes, pods, podObjs)
+	ps, err := r.observe(ctx, policy, nodes, facts, pods, podObjs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -154,7 +155,7 @@ func (ps *pass) at(name string) int {
 
 // observe builds the machine's inputs: each node's state, and the pods on
 // the nodes whose step reads them.
-func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
+func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, facts []*nodeFact, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
 	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), nodes: nodes, podObjs: podObjs,
 		listed: map[string][]corev1.Pod{}, evictable: map[string][]corev1.Pod{}}
 	// Nodes mid-upgrade need the pods on them (uncached, per node): read
@@ -164,8 +165,8 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 	var podsMu sync.Mutex
 	for i, n := range nodes {
 		in := upgrade.Node{
-			Name: n.Name, State: n.Labels[upgrade.LabelState], Skip: n.Labels[upgrade.LabelSkip] == "true",
-			Unschedulable: n.Spec.Unschedulable, NotReady: !nodeReady(n), Annotations: n.Annotations, DriverPod: pods[n.Name],
+			Name: n.Name, State: facts[i].state, Skip: facts[i].skip,
+			Unschedulable: n.Spec.Unschedulable, NotReady: !facts[i].ready, Annotations: n.Annotations, DriverPod: pods[n.Name],
 			Labels: n.Labels,
 		}
 		if po := podObjs[n.Name]; po != nil {

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
-	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
@@ -24,10 +23,10 @@ import (
 // driverPods maps node name -> the driver pod there, as the machine sees it
 // and as the object to delete: this CR's pods, and on nodes moving in from
 // another CR that CR's pod (never in sync: it is the driver being replaced).
-func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []*corev1.Node) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []*corev1.Node, facts []*nodeFact) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
 	movingIn := map[string]bool{}
 	for i := range nodes {
-		if nodes[i].Labels[plan.LabelOwner] != d.Name {
+		if facts[i].plan.Owner != d.Name {
 			movingIn[nodes[i].Name] = true
 		}
 	}

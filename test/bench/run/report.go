@@ -23,7 +23,7 @@ func (e *env) report() {
 			convergeStart, res.Nodes, v["converge_cpu_seconds"], v["converge_cpu_seconds"]/float64(res.Nodes)*1000, v["converge_seconds"])
 		fmt.Printf("| converge: API requests, writes | %.0f (%.2f per node), %.0f writes | target ≤ 2 per node + O(pools); NVIDIA 16.8 per node |\n",
 			v["converge_requests"], v["converge_requests"]/float64(res.Nodes), v["converge_writes"])
-		fmt.Printf("| converge: controller RSS at convergence | %.0f MiB (peak %.0f MiB) | NVIDIA 1,687 MB (peak 1,705) |\n", v["converge_rss_mib"], v["converge_peak_rss_mib"])
+		fmt.Printf("| converge: controller RSS at convergence | %.0f MiB (peak %.0f MiB), heap in use %.0f MiB | NVIDIA 1,687 MB (peak 1,705) |\n", v["converge_rss_mib"], v["converge_peak_rss_mib"], v["converge_heap_inuse_mib"])
 	}
 	fmt.Printf("| `preview` wall time (median of %d) | %.0f ms, peak RSS %.0f MiB, %v requests | `kubectl get nodes -o name` %.0f ms, %.0f MiB, %v requests: **%.2f×** (target ≤ 1.0×, ≤ 4 requests) |\n",
 		*runs, v["preview_ms"], v["preview_rss_mib"], v["preview_requests"], v["kubectl_get_nodes_ms"], v["kubectl_get_nodes_rss_mib"], v["kubectl_get_nodes_requests"], v["preview_ratio"])
