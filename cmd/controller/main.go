@@ -26,6 +26,7 @@ import (
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/controller"
+	"github.com/nvdriver/nvdriver/pkg/memlimit"
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/version"
 	"github.com/nvdriver/nvdriver/pkg/webhook"
@@ -91,6 +92,12 @@ func run() int {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	logger := ctrl.Log.WithName("setup")
+	if soft, err := memlimit.Apply(); err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		return 1
+	} else if soft > 0 {
+		logger.Info("soft memory limit set from the container's", "limitBytes", soft)
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nvdriver/nvdriver/pkg/memlimit"
 	"github.com/nvdriver/nvdriver/pkg/webhook"
 )
 
@@ -176,6 +177,17 @@ func TestHelmChart(t *testing.T) {
 	}
 	if c.Image != "ghcr.io/nvdriver/controller:0.1.0" {
 		t.Errorf("controller image = %s", c.Image)
+	}
+	// The controller's soft memory limit follows the container's limit.
+	memLimit := false
+	for _, e := range c.Env {
+		if e.Name == memlimit.EnvContainerLimit && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name {
+			memLimit = true
+		}
+	}
+	if !memLimit || c.Resources.Limits.Memory().String() != "256Mi" {
+		t.Errorf("the controller gets %s from its own limits.memory: %v; limit %s, want 256Mi (SPEC §6)", memlimit.EnvContainerLimit, memLimit, c.Resources.Limits.Memory())
 	}
 }
 

@@ -10,9 +10,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nvdriver/nvdriver/pkg/memlimit"
 )
 
 // ---- the controller process ----
+
+// chartMemoryLimit is the Helm chart's default controller memory limit.
+const chartMemoryLimit = "256Mi"
 
 type controllerProc struct {
 	cmd     *exec.Cmd
@@ -42,6 +47,9 @@ func startController(kubeconfig, tag string, extra ...string) (*controllerProc, 
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.port), "--health-probe-bind-address", "127.0.0.1:0",
 		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", p.pprof))
 	p.cmd.Args = append(p.cmd.Args, extra...)
+	// As the Helm chart runs it: its default memory limit (SPEC §6), from
+	// which the controller sets its soft limit.
+	p.cmd.Env = append(os.Environ(), memlimit.EnvContainerLimit+"="+chartMemoryLimit)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		return nil, err

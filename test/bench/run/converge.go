@@ -82,11 +82,12 @@ func (e *env) converge() error {
 	res.Values["converge_rss_mib"] = ctrl.rssMiB()
 	res.Values["converge_peak_rss_mib"] = ctrl.peakRSSMiB()
 	res.Values["converge_heap_inuse_mib"] = m.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
+	res.Values["converge_rss_file_mib"] = ctrl.procStatus("RssFile")
 	prof(fmt.Sprintf("bench-results/converge-cpu-%d.pprof", *nodesN))
 	ctrl.heapProfile(fmt.Sprintf("bench-results/converge-heap-%d.pprof", *nodesN))
-	logf("converge %d → %d nodes, one CR: %.1f s wall, %.1f controller CPU s (%.1f ms/node), %.0f API requests (%.2f/node), %.0f writes, RSS %.0f MiB (peak %.0f), heap in use %.0f MiB",
+	logf("converge %d → %d nodes, one CR: %.1f s wall, %.1f controller CPU s (%.1f ms/node), %.0f API requests (%.2f/node), %.0f writes, RSS %.0f MiB (peak %.0f; %.0f MiB file-backed), heap in use %.0f MiB",
 		convergeStart, *nodesN, res.Values["converge_seconds"], cpu, cpu/float64(*nodesN)*1000, res.Values["converge_requests"],
-		res.Values["converge_requests"]/float64(*nodesN), res.Values["converge_writes"], res.Values["converge_rss_mib"], res.Values["converge_peak_rss_mib"], res.Values["converge_heap_inuse_mib"])
+		res.Values["converge_requests"]/float64(*nodesN), res.Values["converge_writes"], res.Values["converge_rss_mib"], res.Values["converge_peak_rss_mib"], res.Values["converge_rss_file_mib"], res.Values["converge_heap_inuse_mib"])
 	byVerb := map[string]float64{}
 	for _, s := range m {
 		if s.name == "rest_client_requests_total" {

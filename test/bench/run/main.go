@@ -299,10 +299,12 @@ func (e *env) firstStart() error {
 	res.Values["controller_peak_rss_mib"] = e.ctrl.peakRSSMiB()
 	res.Values["controller_heap_inuse_mib"] = m.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
 	res.Values["controller_heap_alloc_mib"] = m.sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
+	res.Values["controller_rss_file_mib"] = e.ctrl.procStatus("RssFile")
+	res.Values["controller_go_sys_mib"] = m.sum("go_memstats_sys_bytes", nil) / (1 << 20)
 	res.Values["registry_checks_first_start"] = m.sum("nvdriver_registry_checks_total", nil)
 	logf("registry checks during the first start: %.0f (%.0f images pushed)", res.Values["registry_checks_first_start"], res.Values["registry_images"])
-	logf("controller after convergence: RSS %.0f MiB (peak %.0f), heap in use %.0f MiB",
-		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_heap_inuse_mib"])
+	logf("controller after convergence: RSS %.0f MiB (peak %.0f; of it %.0f MiB file-backed: the binary's pages), heap in use %.0f MiB, Go runtime's memory %.0f MiB",
+		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_rss_file_mib"], res.Values["controller_heap_inuse_mib"], res.Values["controller_go_sys_mib"])
 	e.ctrl.heapProfile(fmt.Sprintf("bench-results/heap-%d.pprof", *nodesN))
 	return nil
 }
