@@ -388,7 +388,7 @@ func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, d
 		} else {
 			labels[plan.LabelOwner] = moved
 		}
-		dec.Annotations[upgrade.AnnotationMoveTo] = ""
+		dec.Annotate(upgrade.AnnotationMoveTo, "")
 	}
 	if len(labels) > 0 {
 		meta["labels"] = labels

@@ -49,7 +49,7 @@ func fromIdle(d *Decision, n Node, p Policy, now time.Time) {
 	if (!pod.InSync && p.AutoUpgrade) || requested {
 		d.To = StateRequired
 		if n.Unschedulable {
-			d.Annotations[AnnotationInitialUnsched] = "true"
+			d.Annotate(AnnotationInitialUnsched, "true")
 		}
 		return
 	}
@@ -63,7 +63,7 @@ func fromCordon(d *Decision, n Node, p Policy, now time.Time) {
 	d.Actions = append(d.Actions, ActCordon)
 	d.To = StateWaitForJobs
 	if p.WaitForJobsSelector != "" {
-		d.Annotations[AnnotationWaitStart] = stamp(now)
+		d.Annotate(AnnotationWaitStart, stamp(now))
 	}
 }
 
@@ -74,14 +74,14 @@ func fromWaitForJobs(d *Decision, n Node, p Policy, now time.Time) {
 	}
 	if p.WaitForJobsSelector == "" || n.JobPods == 0 {
 		d.To = StatePodDeletion
-		d.Annotations[AnnotationWaitStart] = ""
+		d.Annotate(AnnotationWaitStart, "")
 		return
 	}
 	if start, ok := startedAt(n, AnnotationWaitStart); ok && p.WaitForJobsTimeout > 0 && now.Sub(start) >= p.WaitForJobsTimeout {
 		d.To = StatePodDeletion
-		d.Annotations[AnnotationWaitStart] = ""
+		d.Annotate(AnnotationWaitStart, "")
 	} else if !ok {
-		d.Annotations[AnnotationWaitStart] = stamp(now)
+		d.Annotate(AnnotationWaitStart, stamp(now))
 	}
 }
 
@@ -90,7 +90,7 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 	if n.GPUPods == 0 {
 		d.To = StatePodRestart
 		if n.Annotations[AnnotationDeletionStart] != "" {
-			d.Annotations[AnnotationDeletionStart] = ""
+			d.Annotate(AnnotationDeletionStart, "")
 		}
 		return
 	}
@@ -99,7 +99,7 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 		// removes none, and hands over to the drain or fails; the node
 		// stays cordoned with its jobs running.
 		if n.Annotations[AnnotationDeletionStart] != "" {
-			d.Annotations[AnnotationDeletionStart] = ""
+			d.Annotate(AnnotationDeletionStart, "")
 		}
 		if p.DrainEnabled {
 			d.To = StateDrain
@@ -109,7 +109,7 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 		return
 	}
 	if p.PodDeletionTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.PodDeletionTimeout {
-		d.Annotations[AnnotationDeletionStart] = ""
+		d.Annotate(AnnotationDeletionStart, "")
 		if p.DrainEnabled {
 			d.To = StateDrain
 			return
@@ -124,18 +124,18 @@ func fromPodDeletion(d *Decision, n Node, p Policy, now time.Time) {
 func fromDrain(d *Decision, n Node, p Policy, now time.Time) {
 	if !p.DrainEnabled || n.GPUPods == 0 {
 		d.To = StatePodRestart
-		d.Annotations[AnnotationDeletionStart] = ""
+		d.Annotate(AnnotationDeletionStart, "")
 		return
 	}
 	if len(n.Refused) > 0 {
 		if n.Annotations[AnnotationDeletionStart] != "" {
-			d.Annotations[AnnotationDeletionStart] = ""
+			d.Annotate(AnnotationDeletionStart, "")
 		}
 		fail(d, p, "spec.upgradePolicy.drain does not allow removing "+strings.Join(n.Refused, "; "))
 		return
 	}
 	if p.DrainTimeout > 0 && clock(d, n, AnnotationDeletionStart, now) >= p.DrainTimeout {
-		d.Annotations[AnnotationDeletionStart] = ""
+		d.Annotate(AnnotationDeletionStart, "")
 		fail(d, p, fmt.Sprintf("drain did not empty the node within %s (%s)", p.DrainTimeout, evictionBlocker(n)))
 		return
 	}
@@ -160,7 +160,7 @@ func fromPodRestart(d *Decision, n Node, p Policy, now time.Time) {
 		// The spec changed again since, and now it is an install change:
 		// the node takes the whole machine.
 		d.To = StateCordon
-		d.Annotations[AnnotationRestartOnly] = ""
+		d.Annotate(AnnotationRestartOnly, "")
 	case d.RestartOnly && pod == nil:
 		// The old pod is gone; the DaemonSet controller is creating the new one.
 	case d.RestartOnly && !pod.InSync:
@@ -184,16 +184,16 @@ func fromPodRestart(d *Decision, n Node, p Policy, now time.Time) {
 	case pod.Ready:
 		d.To = StateValidation
 		if _, ok := startedAt(n, AnnotationValidationStart); !ok {
-			d.Annotations[AnnotationValidationStart] = stamp(now)
+			d.Annotate(AnnotationValidationStart, stamp(now))
 		}
 	case pod.Restarts > maxDriverPodRestarts:
 		fail(d, p, fmt.Sprintf("the new driver pod %s restarted %d times without becoming Ready", pod.Name, pod.Restarts))
-		d.Annotations[AnnotationValidationStart] = ""
+		d.Annotate(AnnotationValidationStart, "")
 	default:
 		// The new pod runs but is not Ready: the validation clock starts now
 		// (NVIDIA waits forever here unless the pod restarts >10 times).
 		if clock(d, n, AnnotationValidationStart, now) >= p.ValidationTimeout {
-			d.Annotations[AnnotationValidationStart] = ""
+			d.Annotate(AnnotationValidationStart, "")
 			fail(d, p, fmt.Sprintf("the new driver pod %s did not become Ready within %s", pod.Name, p.ValidationTimeout))
 		}
 	}
@@ -204,16 +204,16 @@ func fromValidation(d *Decision, n Node, p Policy, now time.Time) {
 	pod := n.DriverPod
 	if pod != nil && pod.InSync && pod.Ready && !n.ValidatorsPending {
 		afterValidation(d, n)
-		d.Annotations[AnnotationValidationStart] = ""
+		d.Annotate(AnnotationValidationStart, "")
 		return
 	}
 	start, ok := startedAt(n, AnnotationValidationStart)
 	if !ok {
-		d.Annotations[AnnotationValidationStart] = stamp(now)
+		d.Annotate(AnnotationValidationStart, stamp(now))
 		return
 	}
 	if now.Sub(start) >= p.ValidationTimeout {
-		d.Annotations[AnnotationValidationStart] = ""
+		d.Annotate(AnnotationValidationStart, "")
 		name := "(none)"
 		if pod != nil {
 			name = pod.Name
@@ -231,7 +231,7 @@ func fromUncordon(d *Decision, n Node, p Policy, now time.Time) {
 	d.Actions = append(d.Actions, ActUncordon)
 	d.To = StateDone
 	if n.Annotations[AnnotationInitialUnsched] != "" {
-		d.Annotations[AnnotationInitialUnsched] = ""
+		d.Annotate(AnnotationInitialUnsched, "")
 	}
 }
 

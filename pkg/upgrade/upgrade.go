@@ -7,8 +7,9 @@
 package upgrade
 
 import (
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -262,6 +263,16 @@ type Decision struct {
 	RestartOnly bool
 }
 
+// Annotate records an annotation to set ("" removes it). The map is made on
+// the first one: a pass decides for every node of a CR and most decide
+// nothing.
+func (d *Decision) Annotate(key, value string) {
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	d.Annotations[key] = value
+}
+
 // Changed reports whether the decision writes anything.
 func (d Decision) Changed() bool {
 	return d.From != d.To || len(d.Actions) > 0 || len(d.Annotations) > 0
@@ -273,7 +284,7 @@ func (d Decision) Changed() bool {
 // NotReady), except nodes already cordoned, which cost nothing more.
 func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 	sorted := append([]Node(nil), nodes...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	slices.SortFunc(sorted, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 
 	inProgress, unavailable := 0, 0
 	for _, n := range sorted {
@@ -293,7 +304,7 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 
 	var out []Decision
 	for _, n := range sorted {
-		d := Decision{Node: n.Name, From: n.State, To: n.State, Annotations: map[string]string{}}
+		d := Decision{Node: n.Name, From: n.State, To: n.State}
 		if n.Skip {
 			out = append(out, d)
 			continue
@@ -303,7 +314,7 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 			// started): nothing to do.
 			d.To = StateDone
 			if n.Annotations[AnnotationInitialUnsched] != "" {
-				d.Annotations[AnnotationInitialUnsched] = ""
+				d.Annotate(AnnotationInitialUnsched, "")
 			}
 			clearFailure(&d, n)
 			out = append(out, d)
@@ -322,10 +333,10 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 					// Same config digest: replace the pod in place, within
 					// the budget and validated, with no cordon or eviction.
 					d.To = StatePodRestart
-					d.Annotations[AnnotationRestartOnly] = "true"
+					d.Annotate(AnnotationRestartOnly, "true")
 				}
 				if n.Annotations[AnnotationRequested] != "" {
-					d.Annotations[AnnotationRequested] = ""
+					d.Annotate(AnnotationRequested, "")
 				}
 			}
 			clearFailure(&d, n)
@@ -339,9 +350,9 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 	for i := range out {
 		// Written with the state, in the same patch: no request of its own.
 		if d := &out[i]; d.From != d.To {
-			d.Annotations[AnnotationStateSince] = stamp(now)
+			d.Annotate(AnnotationStateSince, stamp(now))
 			if d.To == StateUnknown {
-				d.Annotations[AnnotationStateSince] = ""
+				d.Annotate(AnnotationStateSince, "")
 			}
 		}
 	}
@@ -377,7 +388,7 @@ func stamp(now time.Time) string { return strconv.FormatInt(now.Unix(), 10) }
 func clock(d *Decision, n Node, key string, now time.Time) time.Duration {
 	start, ok := startedAt(n, key)
 	if !ok {
-		d.Annotations[key] = stamp(now)
+		d.Annotate(key, stamp(now))
 		return 0
 	}
 	return now.Sub(start)
@@ -388,12 +399,12 @@ func clock(d *Decision, n Node, key string, now time.Time) time.Duration {
 func afterValidation(d *Decision, n Node) {
 	if onRestartOnlyPath(n) {
 		d.To = StateDone // never cordoned by us
-		d.Annotations[AnnotationRestartOnly] = ""
+		d.Annotate(AnnotationRestartOnly, "")
 		return
 	}
 	if n.Annotations[AnnotationInitialUnsched] == "true" {
 		d.To = StateDone
-		d.Annotations[AnnotationInitialUnsched] = ""
+		d.Annotate(AnnotationInitialUnsched, "")
 		return
 	}
 	d.To = StateUncordon
@@ -405,9 +416,9 @@ func fail(d *Decision, p Policy, reason string) {
 	if len(reason) > maxFailureReason {
 		reason = reason[:maxFailureReason-3] + "..."
 	}
-	d.Annotations[AnnotationFailure] = reason
+	d.Annotate(AnnotationFailure, reason)
 	if p.Revision != "" {
-		d.Annotations[AnnotationFailedRevision] = p.Revision
+		d.Annotate(AnnotationFailedRevision, p.Revision)
 	}
 }
 
@@ -418,7 +429,7 @@ func clearFailure(d *Decision, n Node) {
 	}
 	for _, k := range []string{AnnotationFailure, AnnotationFailedRevision} {
 		if n.Annotations[k] != "" {
-			d.Annotations[k] = ""
+			d.Annotate(k, "")
 		}
 	}
 }

@@ -156,7 +156,7 @@ func TestNext(t *testing.T) {
 				want[AnnotationFailure] = d.Reason
 				want[AnnotationFailedRevision] = tc.policy.Revision
 			}
-			if !reflect.DeepEqual(d.Annotations, want) {
+			if !maps.Equal(d.Annotations, want) {
 				t.Errorf("annotations %v, want %v", d.Annotations, want)
 			}
 			if tc.failed != (d.Reason != "") {
