@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,6 +99,9 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if len(nodes) == 0 {
 		return ctrl.Result{}, nil
 	}
+	// In name order, as the machine decides: it then need not copy and sort
+	// them itself, twice per pass.
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	if len(r.written.behind(nodes)) > 0 {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
 	}

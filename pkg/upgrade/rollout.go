@@ -81,8 +81,7 @@ func failedOn(n Node, rev string) bool {
 // resumedAt the CR's AnnotationResumedAt. It is pure; the controller writes
 // Status back and holds the nodes in Held. See docs/design.md, "Rollouts".
 func Track(nodes []Node, p Policy, prev *v1alpha1.RolloutStatus, resumedAt string, now time.Time) Gate {
-	sorted := append([]Node(nil), nodes...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	sorted := byName(nodes)
 
 	var st v1alpha1.RolloutStatus
 	if prev != nil && prev.Revision == p.Revision {

@@ -263,6 +263,18 @@ type Decision struct {
 	RestartOnly bool
 }
 
+// byName is nodes in name order: nodes itself, read only, when it already
+// is (the controller passes them so), else a sorted copy.
+func byName(nodes []Node) []Node {
+	cmp := func(a, b Node) int { return strings.Compare(a.Name, b.Name) }
+	if slices.IsSortedFunc(nodes, cmp) {
+		return nodes
+	}
+	sorted := slices.Clone(nodes)
+	slices.SortFunc(sorted, cmp)
+	return sorted
+}
+
 // Annotate records an annotation to set ("" removes it). The map is made on
 // the first one: a pass decides for every node of a CR and most decide
 // nothing.
@@ -283,8 +295,7 @@ func (d Decision) Changed() bool {
 // progress, and at most maxUnavailable unavailable (in progress, cordoned or
 // NotReady), except nodes already cordoned, which cost nothing more.
 func Decide(nodes []Node, p Policy, now time.Time) []Decision {
-	sorted := append([]Node(nil), nodes...)
-	slices.SortFunc(sorted, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	sorted := byName(nodes)
 
 	inProgress, unavailable := 0, 0
 	for _, n := range sorted {

@@ -360,3 +360,20 @@ func TestTimeoutNamesTheEvictionRefusal(t *testing.T) {
 		t.Fatalf("%q", d.Reason)
 	}
 }
+
+// Decide and Track read nodes already in name order as they are, and sort a
+// copy of any others: the caller's slice is never reordered.
+func TestByName(t *testing.T) {
+	sorted := []Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	if got := byName(sorted); &got[0] != &sorted[0] {
+		t.Error("nodes already in order were copied")
+	}
+	unsorted := []Node{{Name: "c"}, {Name: "a"}, {Name: "b"}}
+	got := byName(unsorted)
+	if got[0].Name != "a" || got[1].Name != "b" || got[2].Name != "c" {
+		t.Errorf("byName = %v", got)
+	}
+	if unsorted[0].Name != "c" {
+		t.Error("the caller's slice was reordered")
+	}
+}
