@@ -400,7 +400,7 @@ func (pl *planner) buildPools() {
 }
 
 func (pl *planner) members() []member {
-	var members []member
+	members := make([]member, 0, len(pl.nodes))
 	for _, n := range pl.nodes {
 		owner := pl.p.Owner[n.Name]
 		if owner != "" {
