@@ -101,39 +101,31 @@ func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolsc
 	return si.GetIndexer(), nil
 }
 
-func (c *cachedReads) allNodes() []*corev1.Node { return asNodes(c.nodes.List()) }
+func (c *cachedReads) allNodes() []*corev1.Node { return typed[*corev1.Node](c.nodes.List()) }
 
 // nodesRunBy are the nodes whose upgrade machine is driver's (upgrade.RunBy).
 func (c *cachedReads) nodesRunBy(driver string) ([]*corev1.Node, error) {
 	objs, err := c.nodes.ByIndex(idxRunBy, driver)
-	return asNodes(objs), err
+	return typed[*corev1.Node](objs), err
 }
 
 // allPods are every cached driver pod.
-func (c *cachedReads) allPods() []*corev1.Pod { return asPods(c.pods.List()) }
+func (c *cachedReads) allPods() []*corev1.Pod { return typed[*corev1.Pod](c.pods.List()) }
 
 // podsBy are the cached driver pods of a DaemonSet (idxPodController, by
 // UID) or on a node (idxPodNode, by name).
 func (c *cachedReads) podsBy(index, value string) ([]*corev1.Pod, error) {
 	objs, err := c.pods.ByIndex(index, value)
-	return asPods(objs), err
+	return typed[*corev1.Pod](objs), err
 }
 
-func asPods(objs []any) []*corev1.Pod {
-	out := make([]*corev1.Pod, 0, len(objs))
+// typed keeps the store's objects of type T (all of them: a store holds one
+// type), as the pointers the store holds.
+func typed[T any](objs []any) []T {
+	out := make([]T, 0, len(objs))
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func asNodes(objs []any) []*corev1.Node {
-	out := make([]*corev1.Node, 0, len(objs))
-	for _, o := range objs {
-		if n, ok := o.(*corev1.Node); ok {
-			out = append(out, n)
+		if t, ok := o.(T); ok {
+			out = append(out, t)
 		}
 	}
 	return out
