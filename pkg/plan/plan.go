@@ -47,28 +47,6 @@ type Node struct {
 	Facts *Facts
 }
 
-// Facts are what the plan reads of a node's labels other than through the
-// CRs' nodeSelectors.
-type Facts struct {
-	GPU      bool   // IsGPUNode
-	Excluded string // Excluded: the skip reason, or ""
-	Owner    string // the owner label's value
-	Kernel   string // the kernel label's value
-	// OSTag is OSTag's tag, "" when an OS label is missing; osVersionKey
-	// is the version label it was made from.
-	OSTag        string
-	osVersionKey string
-}
-
-// FactsOf works out a node's Facts from its labels.
-func FactsOf(labels map[string]string) Facts {
-	f := Facts{GPU: IsGPUNode(labels), Excluded: excluded(labels), Owner: labels[LabelOwner], Kernel: labels[LabelKernel]}
-	if tag, key, ok := osTagOf(labels); ok {
-		f.OSTag, f.osVersionKey = tag, key
-	}
-	return f
-}
-
 // Plan is the outcome for a whole cluster.
 type Plan struct {
 	Rules     string   `json:"rules"`
@@ -241,20 +219,6 @@ type planner struct {
 	// in live's order: ranging over a map per node and CR was most of a
 	// plan's cost at thousands of nodes.
 	selectors []selector
-}
-
-type selector struct {
-	d     *v1alpha1.NVIDIADriver
-	pairs [][2]string
-}
-
-func (s selector) matches(labels map[string]string) bool {
-	for _, kv := range s.pairs {
-		if got, ok := labels[kv[0]]; !ok || got != kv[1] {
-			return false
-		}
-	}
-	return true
 }
 
 func newPlanner(nodes []Node, drivers []v1alpha1.NVIDIADriver, opts Options) *planner {
@@ -577,20 +541,6 @@ func pickDefault(live []*v1alpha1.NVIDIADriver, out map[string]*Driver) *v1alpha
 			"NVIDIADriver %q is already the default (it is older); only one default: true NVIDIADriver works: set spec.default to false here or delete one of them", defaults[0].Name)}
 	}
 	return defaults[0]
-}
-
-// Excluded is the skip reason of a node whose driver is not ours to run
-// (pre-installed on the host, or disabled), "" otherwise.
-func Excluded(labels map[string]string) string { return excluded(labels) }
-
-func excluded(labels map[string]string) string {
-	switch labels[LabelDeployDriver] {
-	case DeployPreInstalled:
-		return ReasonPreInstalled
-	case DeployFalse:
-		return ReasonDisabled
-	}
-	return ""
 }
 
 func conflictMessage(d *Driver) string {
