@@ -21,7 +21,7 @@ type snapshot struct {
 	nodes   []*corev1.Node // the cache's own objects: read only
 	drivers []v1alpha1.NVIDIADriver
 	// facts[i] is what the passes read of nodes[i]'s labels (planCache
-	// fills them; nil in a snapshot made by hand: factsOf works them out).
+	// fills them; nil in a snapshot made by hand: fact works them out).
 	facts []*nodeFact
 
 	// states and owners are nodeLabels' answer; owners are shared
