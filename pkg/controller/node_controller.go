@@ -146,6 +146,14 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 			continue
 		}
 		set(c.labels, n.Name, plan.LabelOwner, want)
+		// No driver runs here and the upgrade machine has never seen the
+		// node: the pod the DaemonSet will make is the current template, the
+		// case NVIDIA's machine marks upgrade-done once the pod appears. Said
+		// now, in the same patch, it saves every new node a second write
+		// (docs/design.md, "One patch per new node").
+		if f := snap.fact(i); !f.hasState && !f.skip && !running[n.Name] {
+			set(c.labels, n.Name, upgrade.LabelState, upgrade.StateDone)
+		}
 	}
 }
 
