@@ -1,11 +1,18 @@
 package controller
 
 import (
+	"context"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // What wakes the upgrade machine (docs/design.md, "What wakes a pass"). Each
@@ -18,17 +25,61 @@ import (
 // versions that differ only in resourceVersion are, to the machine, the
 // same pod: kwok's and the kubelet's status updates of fields trimPod drops
 // (IPs, start times, other conditions) arrive as such pairs.
-func driverPodMatters() predicate.Funcs {
+func driverPodMatters(settled func(*corev1.Pod) bool) predicate.Funcs {
 	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			p, ok := e.Object.(*corev1.Pod)
+			return !ok || !settled(p)
+		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.Pod)
 			n, ok2 := e.ObjectNew.(*corev1.Pod)
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !samePodToMachine(o, n)
+			return !samePodToMachine(o, n) && !(settled(o) && settled(n))
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			p, ok := e.Object.(*corev1.Pod)
+			return !ok || !settled(p)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// settledPod says whether a driver pod is, to the upgrade machine, settled:
+// not yet bound to a node (the machine reads bound pods only), or the
+// in-sync pod of its DaemonSet on a node that rests in upgrade-done, neither
+// moving nor asked to upgrade. The machine has nothing to do for such a
+// pod whatever its phase, readiness or restarts, or whether it comes or
+// goes: every driver pod of a fleet coming up is one (docs/design.md, "What
+// wakes a pass"). Whatever it cannot tell from the cache (the node or the
+// DaemonSet not there yet, a template the DaemonSet controller has not
+// observed) is not settled: a needless pass is cheaper than a missed one.
+func settledPod(c client.Reader, nodes toolscache.Indexer) func(*corev1.Pod) bool {
+	return func(p *corev1.Pod) bool {
+		if p.Spec.NodeName == "" {
+			return true
+		}
+		obj, ok, err := nodes.GetByKey(p.Spec.NodeName)
+		if err != nil || !ok {
+			return false
+		}
+		n, ok := obj.(*corev1.Node)
+		if !ok || n.Labels[upgrade.LabelState] != upgrade.StateDone ||
+			n.Annotations[upgrade.AnnotationMoveTo] != "" || n.Annotations[upgrade.AnnotationRequested] == "true" {
+			return false
+		}
+		ref := metav1.GetControllerOfNoCopy(p)
+		if ref == nil || ref.Kind != "DaemonSet" {
+			return false
+		}
+		ds := &appsv1.DaemonSet{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: ref.Name}, ds, client.UnsafeDisableDeepCopy); err != nil {
+			return false
+		}
+		gen := ds.Annotations[templateGenerationAnnotation]
+		return ds.UID == ref.UID && ds.Status.ObservedGeneration >= ds.Generation && gen != "" && p.Labels[podTemplateGenerationLabel] == gen
 	}
 }
 

@@ -8,12 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/render"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 func rawDriverPod() *corev1.Pod {
@@ -61,11 +63,92 @@ func TestDriverPodMatters(t *testing.T) {
 			c.mutate(cur)
 			to, _ := trimPod(old)
 			tn, _ := trimPod(cur)
-			got := driverPodMatters().Update(event.UpdateEvent{ObjectOld: to.(*corev1.Pod), ObjectNew: tn.(*corev1.Pod)})
+			got := driverPodMatters(func(*corev1.Pod) bool { return false }).Update(event.UpdateEvent{ObjectOld: to.(*corev1.Pod), ObjectNew: tn.(*corev1.Pod)})
 			if got != c.want {
 				t.Errorf("update passed = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// A driver pod is settled only where the cache shows, for sure, that the
+// upgrade machine has nothing to do for it; settled pods' events do not wake
+// the machine, any other's do.
+func TestSettledPod(t *testing.T) {
+	ds := func() *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "gpu-operator", UID: "u", Generation: 2,
+			Annotations: map[string]string{templateGenerationAnnotation: "1"}}, Status: appsv1.DaemonSetStatus{ObservedGeneration: 2}}
+	}
+	node := func() *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{plan.LabelUpgradeState: upgrade.StateDone}}}
+	}
+	cases := []struct {
+		name    string
+		pod     func(*corev1.Pod)
+		node    func(*corev1.Node)
+		ds      func(*appsv1.DaemonSet)
+		noNode  bool
+		noDS    bool
+		settled bool
+	}{
+		{name: "in sync on an upgrade-done node", settled: true},
+		{name: "not bound to a node yet", pod: func(p *corev1.Pod) { p.Spec.NodeName = "" }, settled: true},
+		{name: "node with no state", node: func(n *corev1.Node) { delete(n.Labels, plan.LabelUpgradeState) }},
+		{name: "node in the machine", node: func(n *corev1.Node) { n.Labels[plan.LabelUpgradeState] = upgrade.StatePodRestart }},
+		{name: "node failed", node: func(n *corev1.Node) { n.Labels[plan.LabelUpgradeState] = upgrade.StateFailed }},
+		{name: "node moving", node: func(n *corev1.Node) { n.Annotations = map[string]string{upgrade.AnnotationMoveTo: "other"} }},
+		{name: "upgrade requested", node: func(n *corev1.Node) { n.Annotations = map[string]string{upgrade.AnnotationRequested: "true"} }},
+		{name: "older template", pod: func(p *corev1.Pod) { p.Labels[podTemplateGenerationLabel] = "0" }},
+		{name: "template not observed", ds: func(d *appsv1.DaemonSet) { d.Generation = 3 }},
+		{name: "another DaemonSet of that name", ds: func(d *appsv1.DaemonSet) { d.UID = "v" }},
+		{name: "DaemonSet not cached", noDS: true},
+		{name: "node not cached", noNode: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			nodes := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+			if !c.noNode {
+				n := node()
+				if c.node != nil {
+					c.node(n)
+				}
+				if err := nodes.Add(n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := fake.NewClientBuilder()
+			if !c.noDS {
+				d := ds()
+				if c.ds != nil {
+					c.ds(d)
+				}
+				b = b.WithObjects(d)
+			}
+			p := rawDriverPod()
+			if c.pod != nil {
+				c.pod(p)
+			}
+			if got := settledPod(b.Build(), nodes)(p); got != c.settled {
+				t.Errorf("settled = %v, want %v", got, c.settled)
+			}
+		})
+	}
+
+	// The predicate: a settled pod's coming, going and readiness do not
+	// wake the machine; a change that unsettles it does.
+	settled := func(p *corev1.Pod) bool { return p.Labels[podTemplateGenerationLabel] == "1" }
+	pred := driverPodMatters(settled)
+	ready, notReady := rawDriverPod(), rawDriverPod()
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	stale := rawDriverPod()
+	stale.Labels[podTemplateGenerationLabel] = "0"
+	if pred.Create(event.CreateEvent{Object: ready}) || pred.Delete(event.DeleteEvent{Object: ready}) ||
+		pred.Update(event.UpdateEvent{ObjectOld: notReady, ObjectNew: ready}) {
+		t.Error("a settled pod's event woke the machine")
+	}
+	if !pred.Create(event.CreateEvent{Object: stale}) || !pred.Delete(event.DeleteEvent{Object: stale}) ||
+		!pred.Update(event.UpdateEvent{ObjectOld: ready, ObjectNew: stale}) {
+		t.Error("an unsettled pod's event did not wake the machine")
 	}
 }
 

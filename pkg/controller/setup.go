@@ -487,7 +487,7 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		// until then (trackRollout) and sets no timer.
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()))).
 		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
-		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters())).
+		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters(settledPod(c, reads.nodes)))).
 		// Whether a pod is in sync is read from the DaemonSet's newest
 		// revision (an undo): a pass that ran while the revision cache lagged
 		// the DaemonSet (after an API server restart its watch may come back
