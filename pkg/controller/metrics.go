@@ -96,7 +96,7 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds, wakeups)
 }
 
 // CountWrites wraps a client transport to count mutating requests in
@@ -140,3 +140,11 @@ func resourceOf(path string) string {
 		return parts[0] + "/" + parts[2]
 	}
 }
+
+// wakeups counts the events that got past a controller's predicates, by
+// the kind of object that sent them: what keeps a reconciler passing
+// (docs/design.md, "What wakes a pass").
+var wakeups = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_wakeups_total",
+	Help: "Events that passed a controller's predicates, by controller and source kind.",
+}, []string{"controller", "source"})

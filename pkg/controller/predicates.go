@@ -147,3 +147,16 @@ func revisionMattersToUpgrade() predicate.Funcs {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
+
+// wakes counts, last in a watch's predicates, the events that passed the
+// others (nvdriver_wakeups_total).
+func wakes(controller, source string) predicate.Funcs {
+	c := wakeups.WithLabelValues(controller, source)
+	pass := func() bool { c.Inc(); return true }
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return pass() },
+		UpdateFunc:  func(event.UpdateEvent) bool { return pass() },
+		DeleteFunc:  func(event.DeleteEvent) bool { return pass() },
+		GenericFunc: func(event.GenericEvent) bool { return pass() },
+	}
+}

@@ -1,16 +1,21 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
@@ -249,5 +254,107 @@ func TestRevisionMattersToUpgrade(t *testing.T) {
 	}
 	if p.Delete(event.DeleteEvent{Object: rev(1)}) {
 		t.Error("a pruned revision: want none")
+	}
+}
+
+// A DaemonSet update that moves only its counts wakes the driver
+// reconciler when the CR's next counts-only status write is due; anything
+// else, at once.
+func TestDaemonSetToDriver(t *testing.T) {
+	ds := func() *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "gpu-operator", Generation: 2,
+			OwnerReferences: []metav1.OwnerReference{{Kind: "NVIDIADriver", Name: "gold", UID: "g", Controller: boolPtr(true)}}},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 10, UpdatedNumberScheduled: 10, NumberAvailable: 3, NumberReady: 3}}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*appsv1.DaemonSet)
+		later  bool
+	}{
+		{"a pod became available", func(d *appsv1.DaemonSet) { d.Status.NumberAvailable, d.Status.NumberReady = 4, 4 }, true},
+		{"rolled out", func(d *appsv1.DaemonSet) { d.Status.NumberAvailable = 10 }, false},
+		{"new template", func(d *appsv1.DaemonSet) { d.Generation = 3 }, false},
+		{"observed", func(d *appsv1.DaemonSet) { d.Status.ObservedGeneration = 1 }, false},
+		{"edited label", func(d *appsv1.DaemonSet) { d.Labels = map[string]string{"x": "y"} }, false},
+		{"deleting", func(d *appsv1.DaemonSet) { now := metav1.Now(); d.DeletionTimestamp = &now }, false},
+	}
+	last := time.Now()
+	pacer := &statusPacer{}
+	pacer.wrote("g", writerDriver, last)
+	h := daemonSetToDriver(pacer, func() time.Time { return last.Add(statusEvery - time.Second) })
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			old, cur := ds(), ds()
+			c.mutate(cur)
+			h.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+			if c.later == (q.Len() == 1) {
+				t.Fatalf("queued at once: %v, want %v", q.Len() == 1, !c.later)
+			}
+			if !c.later {
+				return
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for q.Len() == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if q.Len() != 1 {
+				t.Error("the counts-only update never woke the CR")
+			}
+		})
+	}
+	// Nothing written yet: at once.
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	old, cur := ds(), ds()
+	cur.Status.NumberAvailable = 4
+	daemonSetToDriver(&statusPacer{}, time.Now).Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+	if q.Len() != 1 {
+		t.Error("a counts-only update with no write to pace did not wake the CR at once")
+	}
+}
+
+// The upgrade machine wakes for a node's label change only when it reads
+// that label: its own, or one a CR selects nodes or canaries by.
+func TestMachineLabelsChanged(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold"}}
+	d.Spec.NodeSelector = map[string]string{"pool": "gold"}
+	d.Spec.UpgradePolicy = &v1alpha1.DriverUpgradePolicySpec{Canary: &v1alpha1.CanarySpec{Selector: &metav1.LabelSelector{
+		MatchLabels:      map[string]string{"canary": "yes"},
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "rack", Operator: metav1.LabelSelectorOpExists}}}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(d).Build()
+	base := map[string]string{plan.LabelOwner: "gold", "pool": "gold", "kubernetes.io/os": "linux", "team": "a"}
+	cases := []struct {
+		name  string
+		edit  func(map[string]string)
+		wakes bool
+	}{
+		{"nothing", func(map[string]string) {}, false},
+		{"beta os/arch added (kube-controller-manager)", func(l map[string]string) { l["beta.kubernetes.io/os"], l["beta.kubernetes.io/arch"] = "linux", "amd64" }, false},
+		{"an unrelated label removed", func(l map[string]string) {
+			delete(l, "kubernetes.io/os")
+			l["kubernetes.io/os"] = "linux"
+			l["team"] = "x"
+		}, false},
+		{"owner", func(l map[string]string) { l[plan.LabelOwner] = "silver" }, true},
+		{"upgrade state", func(l map[string]string) { l[plan.LabelUpgradeState] = upgrade.StateRequired }, true},
+		{"skip", func(l map[string]string) { l[upgrade.LabelSkip] = "true" }, true},
+		{"platform", func(l map[string]string) { l["kubernetes.io/arch"] = "arm64" }, true},
+		{"platform label removed", func(l map[string]string) { delete(l, "kubernetes.io/os") }, true},
+		{"a label a nodeSelector names", func(l map[string]string) { l["pool"] = "silver" }, true},
+		{"a canary matchLabels key", func(l map[string]string) { l["canary"] = "yes" }, true},
+		{"a canary expression key", func(l map[string]string) { l["rack"] = "r1" }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := maps.Clone(base)
+			tc.edit(n)
+			if got := machineLabelsChanged(c, base, n); got != tc.wakes {
+				t.Errorf("wakes = %v, want %v", got, tc.wakes)
+			}
+		})
 	}
 }

@@ -198,17 +198,90 @@ func isOurAnnotation(k string) bool { return slices.Contains(upgrade.NodeAnnotat
 func planLabels(l map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range l {
-		switch k {
-		case plan.LabelGPUPresent, plan.LabelDeployDriver, plan.LabelOwner, plan.LabelOSID, plan.LabelOSVersion,
-			plan.LabelOSVersionMajor, plan.LabelKernel, plan.LabelUpgradeState:
+		if isPlanLabel(k) {
 			out[k] = v
-		default:
-			if slices.Contains(plan.NFDGPULabels, k) {
-				out[k] = v
-			}
 		}
 	}
 	return out
+}
+
+func isPlanLabel(k string) bool {
+	switch k {
+	case plan.LabelGPUPresent, plan.LabelDeployDriver, plan.LabelOwner, plan.LabelOSID, plan.LabelOSVersion,
+		plan.LabelOSVersionMajor, plan.LabelKernel, plan.LabelUpgradeState:
+		return true
+	}
+	return slices.Contains(plan.NFDGPULabels, k)
+}
+
+// isMachineLabel: the upgrade machine reads this label on every node (its
+// node facts: the plan's labels, the skip label, the platform).
+func isMachineLabel(k string) bool {
+	return isPlanLabel(k) || k == upgrade.LabelSkip || k == corev1.LabelOSStable || k == corev1.LabelArchStable
+}
+
+// machineLabelsChanged: the two label sets differ in a label the upgrade
+// machine reads: one of its own, or one a CR's nodeSelector or canary
+// selector names. Other labels are not the machine's business: in the
+// benchmark's cluster kube-controller-manager adds the beta os/arch labels
+// to every new node, one node at a time over minutes, and each woke a pass
+// over every node.
+func machineLabelsChanged(c client.Reader, o, n map[string]string) bool {
+	if maps.Equal(o, n) {
+		return false
+	}
+	differs := func(k string) bool {
+		ov, ok1 := o[k]
+		nv, ok2 := n[k]
+		return ok1 != ok2 || ov != nv
+	}
+	var others []string
+	for k := range n {
+		if differs(k) {
+			if isMachineLabel(k) {
+				return true
+			}
+			others = append(others, k)
+		}
+	}
+	for k := range o {
+		if _, ok := n[k]; !ok {
+			if isMachineLabel(k) {
+				return true
+			}
+			others = append(others, k)
+		}
+	}
+	return someCRReadsLabel(c, func(k string) bool { return slices.Contains(others, k) })
+}
+
+// someCRReadsLabel: some NVIDIADriver's nodeSelector or canary selector
+// names a key that matters (on a failed read: yes).
+func someCRReadsLabel(c client.Reader, matters func(key string) bool) bool {
+	drivers := &v1alpha1.NVIDIADriverList{}
+	if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
+		return true
+	}
+	for _, d := range drivers.Items {
+		for k := range d.Spec.NodeSelector {
+			if matters(k) {
+				return true
+			}
+		}
+		if up := d.Spec.UpgradePolicy; up != nil && up.Canary != nil && up.Canary.Selector != nil {
+			for k := range up.Canary.Selector.MatchLabels {
+				if matters(k) {
+					return true
+				}
+			}
+			for _, e := range up.Canary.Selector.MatchExpressions {
+				if matters(e.Key) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // nodeChanged passes node events that matter: create, delete, and updates that
@@ -309,10 +382,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// conflicts), so every CR event re-plans all CRs; the plan is in memory.
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("nvidiadriver").
-		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionPredicate()))).
-		Watches(&v1alpha1.NVIDIADriver{}, allDrivers, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&appsv1.DaemonSet{}, driverOfDS).
-		Watches(&corev1.Node{}, nodeToDrivers(c), builder.WithPredicates(nodeChanged(c))).
+		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionPredicate()), wakes("nvidiadriver", "NVIDIADriver"))).
+		Watches(&v1alpha1.NVIDIADriver{}, allDrivers, builder.WithPredicates(predicate.GenerationChangedPredicate{}, wakes("nvidiadriver", "NVIDIADriver/other"))).
+		Watches(&appsv1.DaemonSet{}, daemonSetToDriver(pacer, time.Now), builder.WithPredicates(wakes("nvidiadriver", "DaemonSet"))).
+		Watches(&corev1.Node{}, nodeToDrivers(c), builder.WithPredicates(nodeChanged(c), wakes("nvidiadriver", "Node"))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(gate("nvidiadriver", dr)); err != nil {
 		return err
@@ -329,8 +402,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
-		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c), labellerNodeChanged(c))).
-		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
+		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
+		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()), wakes("node-labels", "NVIDIADriver"))).
 		Complete(gate("node-labels", &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}))
 }
 
@@ -475,8 +548,8 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 	nodeMatters := predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
-			return !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) ||
-				o.Spec.Unschedulable != n.Spec.Unschedulable || nodeReady(o) != nodeReady(n)
+			return !maps.Equal(o.Annotations, n.Annotations) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
+				nodeReady(o) != nodeReady(n) || machineLabelsChanged(c, o.Labels, n.Labels)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -485,16 +558,16 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		// Annotations too (`rollout resume` is one), and the driver
 		// reconciler catching up with a spec: the rollout holds its nodes
 		// until then (trackRollout) and sets no timer.
-		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()))).
-		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters)).
-		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters(settledPod(c, reads.nodes)))).
+		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()), wakes("upgrade", "NVIDIADriver"))).
+		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters, wakes("upgrade", "Node"))).
+		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters(settledPod(c, reads.nodes)), wakes("upgrade", "Pod"))).
 		// Whether a pod is in sync is read from the DaemonSet's newest
 		// revision (an undo): a pass that ran while the revision cache lagged
 		// the DaemonSet (after an API server restart its watch may come back
 		// seconds later) judged against the old one, and nothing else would
 		// wake the machine when the revision arrives.
-		Watches(&appsv1.ControllerRevision{}, ownerOfPod, builder.WithPredicates(revisionMattersToUpgrade())).
-		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade())).
+		Watches(&appsv1.ControllerRevision{}, ownerOfPod, builder.WithPredicates(revisionMattersToUpgrade(), wakes("upgrade", "ControllerRevision"))).
+		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade(), wakes("upgrade", "DaemonSet"))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer, reads: reads}))
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -107,21 +108,28 @@ func (s *snapshot) planNodes() []plan.Node {
 // Shared and read-only once made.
 type nodeFact struct {
 	resourceVersion string
-	// the node's share of the plan cache's key, without and with the
-	// upgrade state (snapshotKey)
-	key, keyWithState uint64
-	plan              plan.Facts
+	// the node's share of the plan cache's key from the labels the plan
+	// reads by itself (snapshotKey); the labels the CRs select by are
+	// added per pass (sel)
+	key  uint64
+	plan plan.Facts
 	state             string            // the upgrade-state label
 	hasState          bool              // whether it is set (maybe to "")
 	platform          string            // imagecheck.Platform
 	gpuLabels         map[string]string // plan.GPULabels: nil when none is missing
 	skip              bool              // the upgrade machine's skip label is "true"
 	ready             bool              // nodeReady
+
+	// sel is the hash of the node's values of the labels the CRs select
+	// by, for the set of keys of signature sig: the one part of a fact
+	// that is not fixed when it is made, read and written under the
+	// memo's lock only (snapshotKeyWith).
+	sel struct{ sig, hash uint64 }
 }
 
 func factOf(n *corev1.Node) *nodeFact {
 	f := &nodeFact{
-		resourceVersion: n.ResourceVersion, key: nodeKey(n, false), keyWithState: nodeKey(n, true),
+		resourceVersion: n.ResourceVersion, key: nodeKey(n),
 		plan: plan.FactsOf(n.Labels), platform: imagecheck.Platform(n.Labels), gpuLabels: plan.GPULabels(n.Labels),
 		skip: n.Labels[upgrade.LabelSkip] == "true", ready: nodeReady(n),
 	}
@@ -132,9 +140,10 @@ func factOf(n *corev1.Node) *nodeFact {
 // planCache shares one plan among the reconciles that see the same cluster:
 // one node event wakes every CR (and the node labeller), and each used to
 // recompute the same plan. The key is what plan.Compute reads, and nothing
-// else: node names and labels (less the upgrade state, which the plan does
-// not read unless a CR selects by it); CR names, UIDs, generations, creation
-// times and whether they are being deleted. A node's status heartbeat or a CR's
+// else: node names, the labels the plan reads by itself (GPU, deploy, owner,
+// OS, kernel: not the upgrade state) and those the CRs' nodeSelectors name;
+// CR names, UIDs, generations, creation times and whether they are being
+// deleted. A node's status heartbeat, a label nobody selects by or a CR's
 // status write leaves it unchanged. It is combined without regard to order,
 // because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
@@ -160,8 +169,8 @@ type nodeMemo struct {
 // afresh. all says nodes are every node of the cluster: only then are the
 // deleted nodes' facts forgotten (now and then).
 func (m *nodeMemo) facts(nodes []*corev1.Node, all bool) []*nodeFact {
-	out := make([]*nodeFact, len(nodes))
 	if m == nil {
+		out := make([]*nodeFact, len(nodes))
 		for i, n := range nodes {
 			out[i] = factOf(n)
 		}
@@ -169,6 +178,11 @@ func (m *nodeMemo) facts(nodes []*corev1.Node, all bool) []*nodeFact {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.factsLocked(nodes, all)
+}
+
+func (m *nodeMemo) factsLocked(nodes []*corev1.Node, all bool) []*nodeFact {
+	out := make([]*nodeFact, len(nodes))
 	if m.m == nil || (all && len(m.m) > 2*len(nodes)+64) {
 		m.m = make(map[string]*nodeFact, len(nodes))
 	}
@@ -185,10 +199,12 @@ func (m *nodeMemo) facts(nodes []*corev1.Node, all bool) []*nodeFact {
 	return out
 }
 
-func nodeKey(n *corev1.Node, withState bool) uint64 {
+// nodeKey hashes the node's name and the labels the plan reads by itself,
+// less the upgrade state (a CR that selects by it brings it in through sel).
+func nodeKey(n *corev1.Node) uint64 {
 	var labels uint64
 	for k, v := range n.Labels {
-		if k == plan.LabelUpgradeState && !withState {
+		if k == plan.LabelUpgradeState || !isPlanLabel(k) {
 			continue
 		}
 		labels += mix(hashString(hashString(fnvOffset, k)^1, v))
@@ -196,27 +212,60 @@ func nodeKey(n *corev1.Node, withState bool) uint64 {
 	return mix(hashString(fnvOffset, n.Name) ^ mix(labels))
 }
 
+// selectorKeys are the label keys the CRs' nodeSelectors name, sorted and
+// without repeats, and a signature of that set.
+func selectorKeys(drivers []v1alpha1.NVIDIADriver) ([]string, uint64) {
+	var keys []string
+	for i := range drivers {
+		for k := range drivers[i].Spec.NodeSelector {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	sig := uint64(fnvOffset)
+	for _, k := range keys {
+		sig = hashString(sig, k)
+	}
+	return keys, sig
+}
+
+// selectedHash hashes the node's values of the selected keys (a key it
+// does not have hashes apart from any value).
+func selectedHash(labels map[string]string, keys []string) uint64 {
+	h := uint64(fnvOffset)
+	for _, k := range keys {
+		if v, ok := labels[k]; ok {
+			h = hashString(h, v)
+		} else {
+			h = mix(h ^ 0xab5e)
+		}
+	}
+	return h
+}
+
 func snapshotKey(s *snapshot) uint64 { return snapshotKeyWith(s, nil) }
 
 // snapshotKeyWith is the plan key, from the nodes' facts in memo; it fills
 // the snapshot's facts.
 func snapshotKeyWith(s *snapshot, memo *nodeMemo) uint64 {
-	// The upgrade state label changes at every step of every node's upgrade
-	// and the plan never reads it, unless a CR selects nodes by it.
-	withState := false
-	for i := range s.drivers {
-		if _, ok := s.drivers[i].Spec.NodeSelector[plan.LabelUpgradeState]; ok {
-			withState = true
-		}
-	}
+	keys, sig := selectorKeys(s.drivers)
 	var sum uint64
-	s.facts = memo.facts(s.nodes, true)
-	for _, f := range s.facts {
-		if withState {
-			sum += f.keyWithState
-		} else {
-			sum += f.key
+	if memo == nil {
+		s.facts = memo.facts(s.nodes, true)
+		for i, f := range s.facts {
+			sum += mix(f.key ^ selectedHash(s.nodes[i].Labels, keys))
 		}
+	} else {
+		memo.mu.Lock()
+		s.facts = memo.factsLocked(s.nodes, true)
+		for i, f := range s.facts {
+			if f.sel.sig != sig || f.resourceVersion == "" {
+				f.sel.sig, f.sel.hash = sig, selectedHash(s.nodes[i].Labels, keys)
+			}
+			sum += mix(f.key ^ f.sel.hash)
+		}
+		memo.mu.Unlock()
 	}
 	var drivers uint64
 	for i := range s.drivers {
@@ -230,7 +279,7 @@ func snapshotKeyWith(s *snapshot, memo *nodeMemo) uint64 {
 		}
 		drivers += mix(h)
 	}
-	return mix(sum ^ mix(drivers+uint64(len(s.drivers))) ^ uint64(len(s.nodes)))
+	return mix(sum ^ mix(drivers+uint64(len(s.drivers))) ^ uint64(len(s.nodes)) ^ sig)
 }
 
 const (

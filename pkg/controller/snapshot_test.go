@@ -24,8 +24,10 @@ func keyTestSnapshot() *snapshot {
 			node("c", nil),
 		},
 		drivers: []v1alpha1.NVIDIADriver{
-			{ObjectMeta: metav1.ObjectMeta{Name: "gold", UID: "u1", Generation: 1, ResourceVersion: "5"}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "silver", UID: "u2", Generation: 3, ResourceVersion: "6"}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "gold", UID: "u1", Generation: 1, ResourceVersion: "5"},
+				Spec: v1alpha1.NVIDIADriverSpec{NodeSelector: map[string]string{"pool": "gold"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "silver", UID: "u2", Generation: 3, ResourceVersion: "6"},
+				Spec: v1alpha1.NVIDIADriverSpec{NodeSelector: map[string]string{"pool": "silver"}}},
 		},
 	}
 }
@@ -45,6 +47,14 @@ func TestSnapshotKey(t *testing.T) {
 		{"a node's status heartbeat", func(s *snapshot) { s.nodes[0].ResourceVersion = "99"; s.nodes[0].Status.Phase = "x" }, true},
 		{"a CR's status write", func(s *snapshot) { s.drivers[0].ResourceVersion = "99"; s.drivers[0].Status.State = "ready" }, true},
 		{"a label value", func(s *snapshot) { s.nodes[0].Labels["pool"] = "silver" }, false},
+		{"a label the plan reads by itself", func(s *snapshot) { delete(s.nodes[1].Labels, "nvidia.com/gpu.present") }, false},
+		{"an owner label", func(s *snapshot) { s.nodes[0].Labels[plan.LabelOwner] = "gold" }, false},
+		// kube-controller-manager adds these to every new node, one at a
+		// time; no CR selects by them and the plan does not read them.
+		{"a label nobody selects by", func(s *snapshot) { s.nodes[0].Labels["beta.kubernetes.io/os"] = "linux" }, true},
+		{"a CR selects by another key", func(s *snapshot) {
+			s.drivers[0].Spec.NodeSelector = map[string]string{"rack": "r1"}
+		}, false},
 		{"a label added", func(s *snapshot) { s.nodes[2].Labels = map[string]string{"pool": "gold"} }, false},
 		{"labels swapped between nodes", func(s *snapshot) { s.nodes[0].Labels, s.nodes[1].Labels = s.nodes[1].Labels, s.nodes[0].Labels }, false},
 		{"a key and value split differently", func(s *snapshot) { delete(s.nodes[0].Labels, "pool"); s.nodes[0].Labels["poolg"] = "old" }, false},
@@ -58,7 +68,7 @@ func TestSnapshotKey(t *testing.T) {
 		// does not read it.
 		{"an upgrade state", func(s *snapshot) { s.nodes[0].Labels[plan.LabelUpgradeState] = "upgrade-done" }, true},
 		{"an upgrade state a CR selects by", func(s *snapshot) {
-			s.drivers[0].Spec.NodeSelector = map[string]string{plan.LabelUpgradeState: "upgrade-done"}
+			s.drivers[0].Spec.NodeSelector = map[string]string{"pool": "gold", plan.LabelUpgradeState: "upgrade-done"}
 			s.nodes[0].Labels[plan.LabelUpgradeState] = "upgrade-done"
 		}, false},
 	}
@@ -70,6 +80,17 @@ func TestSnapshotKey(t *testing.T) {
 				t.Errorf("key unchanged = %v, want %v", got, tc.same)
 			}
 		})
+	}
+}
+
+// A CR that selects by the upgrade state brings it into the key.
+func TestSnapshotKeyWithSelectedState(t *testing.T) {
+	s := keyTestSnapshot()
+	s.drivers[0].Spec.NodeSelector[plan.LabelUpgradeState] = "upgrade-done"
+	before := snapshotKey(s)
+	s.nodes[0].Labels[plan.LabelUpgradeState] = "upgrade-done"
+	if snapshotKey(s) == before {
+		t.Error("the upgrade state a CR selects by changed and the key did not")
 	}
 }
 
@@ -91,6 +112,22 @@ func TestSnapshotKeyRemembered(t *testing.T) {
 	if e := hashes.m["a"]; e.resourceVersion != "2" || e.plan.Owner != "silver" || e.state != "upgrade-required" {
 		t.Errorf("node a remembered at resourceVersion %q with owner %q and state %q, want 2, silver, upgrade-required",
 			e.resourceVersion, e.plan.Owner, e.state)
+	}
+	// The CRs select by another key, the nodes unchanged: the remembered
+	// selected values are worked out again.
+	s.drivers[1].Spec.NodeSelector = map[string]string{"rack": "r1"}
+	s.nodes[1].Labels["rack"] = "r1"
+	s.nodes[1].ResourceVersion = "2"
+	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
+		t.Fatalf("after a selector change: remembered key %x, fresh %x", got, want)
+	}
+	s.nodes[2].Labels = map[string]string{"rack": "r1"}
+	s.nodes[2].ResourceVersion = "2"
+	before := snapshotKeyWith(s, hashes)
+	s.nodes[2].Labels["rack"] = "r2"
+	s.nodes[2].ResourceVersion = "3"
+	if snapshotKeyWith(s, hashes) == before {
+		t.Fatal("a selected label changed and the remembered key did not")
 	}
 	s.nodes[1].ResourceVersion = "" // objects built by hand: never remembered
 	s.nodes[1].Labels["pool"] = "bronze"

@@ -130,6 +130,13 @@ func (e *env) converge() error {
 		}
 	}
 	logf("converge reconciles deferred to their next pass interval (counted in the reconciles): %v", deferred)
+	woken := map[string]float64{}
+	for _, s := range m {
+		if s.name == "nvdriver_wakeups_total" {
+			woken[s.labels["controller"]+" by "+s.labels["source"]] += s.value
+		}
+	}
+	logf("converge events past the predicates, by controller and source: %v", woken)
 	passes := map[string]string{}
 	for _, s := range m {
 		if s.name == "nvdriver_pass_seconds_count" {
