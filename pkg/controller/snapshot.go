@@ -111,14 +111,14 @@ type nodeFact struct {
 	// the node's share of the plan cache's key from the labels the plan
 	// reads by itself (snapshotKey); the labels the CRs select by are
 	// added per pass (sel)
-	key  uint64
-	plan plan.Facts
-	state             string            // the upgrade-state label
-	hasState          bool              // whether it is set (maybe to "")
-	platform          string            // imagecheck.Platform
-	gpuLabels         map[string]string // plan.GPULabels: nil when none is missing
-	skip              bool              // the upgrade machine's skip label is "true"
-	ready             bool              // nodeReady
+	key       uint64
+	plan      plan.Facts
+	state     string            // the upgrade-state label
+	hasState  bool              // whether it is set (maybe to "")
+	platform  string            // imagecheck.Platform
+	gpuLabels map[string]string // plan.GPULabels: nil when none is missing
+	skip      bool              // the upgrade machine's skip label is "true"
+	ready     bool              // nodeReady
 
 	// sel is the hash of the node's values of the labels the CRs select
 	// by, for the set of keys of signature sig: the one part of a fact
