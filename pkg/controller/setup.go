@@ -252,36 +252,7 @@ func machineLabelsChanged(c client.Reader, o, n map[string]string) bool {
 			others = append(others, k)
 		}
 	}
-	return someCRReadsLabel(c, func(k string) bool { return slices.Contains(others, k) })
-}
-
-// someCRReadsLabel: some NVIDIADriver's nodeSelector or canary selector
-// names a key that matters (on a failed read: yes).
-func someCRReadsLabel(c client.Reader, matters func(key string) bool) bool {
-	drivers := &v1alpha1.NVIDIADriverList{}
-	if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
-		return true
-	}
-	for _, d := range drivers.Items {
-		for k := range d.Spec.NodeSelector {
-			if matters(k) {
-				return true
-			}
-		}
-		if up := d.Spec.UpgradePolicy; up != nil && up.Canary != nil && up.Canary.Selector != nil {
-			for k := range up.Canary.Selector.MatchLabels {
-				if matters(k) {
-					return true
-				}
-			}
-			for _, e := range up.Canary.Selector.MatchExpressions {
-				if matters(e.Key) {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return someCRSelectsOn(c, func(k string) bool { return slices.Contains(others, k) }, true)
 }
 
 // nodeChanged passes node events that matter: create, delete, and updates that
@@ -297,7 +268,7 @@ func nodeChanged(c client.Client) predicate.Funcs {
 				return true
 			}
 			// Another label changed: it matters only if some CR selects on it.
-			return someCRSelectsOn(c, func(k string) bool { return o[k] != n[k] })
+			return someCRSelectsOn(c, func(k string) bool { return o[k] != n[k] }, false)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -319,24 +290,30 @@ func labellerNodeChanged(c client.Client) predicate.Funcs {
 			if !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) {
 				return true // a move's annotation
 			}
-			return someCRSelectsOn(c, func(k string) bool { return k == plan.LabelUpgradeState })
+			return someCRSelectsOn(c, func(k string) bool { return k == plan.LabelUpgradeState }, false)
 		},
 	}
 }
 
-// someCRSelectsOn: some NVIDIADriver's nodeSelector has a key that matters
-// (read from the cache, uncopied). On a failed read it answers yes: a
-// needless pass is cheaper than a missed one.
-func someCRSelectsOn(c client.Reader, matters func(key string) bool) bool {
+// someCRSelectsOn: some NVIDIADriver's nodeSelector (or, with canaries,
+// its canary selector) names a key that matters (read from the cache,
+// uncopied). On a failed read it answers yes: a needless pass is cheaper
+// than a missed one.
+func someCRSelectsOn(c client.Reader, matters func(key string) bool, canaries bool) bool {
 	drivers := &v1alpha1.NVIDIADriverList{}
 	if err := c.List(context.Background(), drivers, client.UnsafeDisableDeepCopy); err != nil {
 		return true
 	}
 	for _, d := range drivers.Items {
-		for k := range d.Spec.NodeSelector {
-			if matters(k) {
-				return true
+		keys := slices.Collect(maps.Keys(d.Spec.NodeSelector))
+		if up := d.Spec.UpgradePolicy; canaries && up != nil && up.Canary != nil && up.Canary.Selector != nil {
+			keys = slices.AppendSeq(keys, maps.Keys(up.Canary.Selector.MatchLabels))
+			for _, e := range up.Canary.Selector.MatchExpressions {
+				keys = append(keys, e.Key)
 			}
+		}
+		if slices.ContainsFunc(keys, matters) {
+			return true
 		}
 	}
 	return false
