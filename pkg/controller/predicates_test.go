@@ -295,11 +295,18 @@ func TestDaemonSetToDriver(t *testing.T) {
 			if !c.later {
 				return
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for q.Len() == 0 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if q.Len() != 1 {
+			got := make(chan reconcile.Request, 1)
+			go func() {
+				if item, shutdown := q.Get(); !shutdown {
+					got <- item
+				}
+			}()
+			select {
+			case req := <-got:
+				if req.Name != "gold" {
+					t.Errorf("woke %q, want gold", req.Name)
+				}
+			case <-time.After(5 * time.Second):
 				t.Error("the counts-only update never woke the CR")
 			}
 		})

@@ -1,0 +1,66 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nvdriver/nvdriver/pkg/plan"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
+
+// patchesOf is how many PATCHes the controller sent for the node.
+func patchesOf(name string) int64 {
+	if n, ok := nodePatches.Load(name); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// A new GPU node is written once: its owner label and upgrade-done in one
+// patch (docs/design.md, "One patch per new node"), and a later pass that
+// finds nothing to change writes it no more.
+func TestControllerLabelsNewNodeInOnePatch(t *testing.T) {
+	startController(t)
+	ctx := context.Background()
+	var nodes []*corev1.Node
+	for i := range 3 {
+		nodes = append(nodes, gpuNode(fmt.Sprintf("op-%d", i), "ubuntu", "22.04", "", map[string]string{"op": "1"}))
+	}
+	scenario(t, nodes, nvd("op-gold", `{"version": "535.104.12", "nodeSelector": {"op": "1"}}`))
+	for _, n := range nodes {
+		eventually(t, n.Name+" owned and upgrade-done", func() error {
+			got := &corev1.Node{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(n), got); err != nil {
+				return err
+			}
+			if o, s := got.Labels[plan.LabelOwner], got.Labels[upgrade.LabelState]; o != "op-gold" || s != upgrade.StateDone {
+				return fmt.Errorf("owner %q, state %q", o, s)
+			}
+			return nil
+		})
+	}
+	// The second use: a new version wakes the labeller and the upgrade
+	// machine over the same nodes; no driver pod runs there, so neither has
+	// anything to write to them.
+	labeller, machine := reconcileCountOf(t, "node-labels"), reconcileCountOf(t, "upgrade")
+	d := getDriver(t, "op-gold")
+	if err := k8s.Patch(ctx, d, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"version":"535.129.03"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the labeller and the upgrade machine to run again", func() error {
+		if reconcileCountOf(t, "node-labels") <= labeller || reconcileCountOf(t, "upgrade") <= machine {
+			return fmt.Errorf("not both yet")
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		if got := patchesOf(n.Name); got != 1 {
+			t.Errorf("%s: %d PATCHes from the controller, want 1", n.Name, got)
+		}
+	}
+}
