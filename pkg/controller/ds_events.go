@@ -68,17 +68,11 @@ func daemonSetToDriver(pacer *statusPacer, now func() time.Time) handler.EventHa
 }
 
 // countsOnly: the two versions of a DaemonSet differ at most in their
-// status counts, and agree on whether it is rolled out (status.go's rule:
-// observed, desired == updated == available).
+// status counts, and agree on whether it is rolled out (rolledOut).
 func countsOnly(o, n *appsv1.DaemonSet) bool {
 	return o.Generation == n.Generation && o.Status.ObservedGeneration == n.Status.ObservedGeneration &&
 		rolledOut(o) == rolledOut(n) &&
 		o.DeletionTimestamp.IsZero() == n.DeletionTimestamp.IsZero() &&
 		maps.Equal(o.Labels, n.Labels) && maps.Equal(o.Annotations, n.Annotations) &&
 		equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences)
-}
-
-func rolledOut(ds *appsv1.DaemonSet) bool {
-	s := ds.Status
-	return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == s.UpdatedNumberScheduled && s.DesiredNumberScheduled == s.NumberAvailable
 }

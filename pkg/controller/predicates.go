@@ -78,8 +78,8 @@ func settledPod(c client.Reader, nodes toolscache.Indexer) func(*corev1.Pod) boo
 		if err := c.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: ref.Name}, ds, client.UnsafeDisableDeepCopy); err != nil {
 			return false
 		}
-		gen := ds.Annotations[templateGenerationAnnotation]
-		return ds.UID == ref.UID && ds.Status.ObservedGeneration >= ds.Generation && gen != "" && p.Labels[podTemplateGenerationLabel] == gen
+		return ds.UID == ref.UID && ds.Status.ObservedGeneration >= ds.Generation &&
+			fromTemplateGeneration(p, ds.Annotations[templateGenerationAnnotation])
 	}
 }
 

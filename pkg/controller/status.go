@@ -119,7 +119,7 @@ func poolStatus(in statusInput, pool plan.Pool, prog *progressCounts) v1alpha1.P
 		prog.notReady = append(prog.notReady, pool.DaemonSet+" not created yet")
 	case ds.Status.ObservedGeneration != ds.Generation:
 		prog.notReady = append(prog.notReady, pool.DaemonSet+" not yet observed by the DaemonSet controller")
-	case ps.Desired != ps.Updated || ps.Desired != ps.Available:
+	case !rolledOut(ds):
 		prog.notReady = append(prog.notReady, fmt.Sprintf("%s %d/%d available, %d/%d updated", pool.DaemonSet, ps.Available, ps.Desired, ps.Updated, ps.Desired))
 	}
 	return ps
@@ -202,4 +202,12 @@ func setImageCondition(st *v1alpha1.NVIDIADriverStatus, v *imageVerdict, prog *p
 	msg := fmt.Sprintf("Holding %s: %s", strings.Join(prog.held, ", "), c.Message)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReady, Status: metav1.ConditionFalse, Reason: imagecheck.ReasonMissing, Message: msg, ObservedGeneration: st.ObservedGeneration})
 	st.State = v1alpha1.NotReady
+}
+
+// rolledOut is a pool's DaemonSet's share of the CR's readiness
+// (docs/design.md, "Readiness"): its generation observed, and desired ==
+// updated == available.
+func rolledOut(ds *appsv1.DaemonSet) bool {
+	s := ds.Status
+	return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == s.UpdatedNumberScheduled && s.DesiredNumberScheduled == s.NumberAvailable
 }

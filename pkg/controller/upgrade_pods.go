@@ -102,7 +102,7 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		// earlier one identical to it (the same revision hash, as the
 		// DaemonSet controller judges it): an undo does not restart pods
 		// that never left the template it returns to.
-		inSync := ds.gen != "" && (p.Labels[podTemplateGenerationLabel] == ds.gen || (ds.hash != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == ds.hash))
+		inSync := fromTemplateGeneration(p, ds.gen) || (ds.gen != "" && ds.hash != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == ds.hash)
 		// Out of date but with the same config digest: a restart-only change.
 		pd := render.PodConfigDigest(&p.Spec)
 		restartOnly := !inSync && pd != "" && pd == ds.digest
@@ -210,4 +210,11 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return true // unknown: do not count it against the budget
+}
+
+// fromTemplateGeneration: the pod was made from its DaemonSet's template
+// generation gen (the deprecated.daemonset.template.generation annotation;
+// "" when unknown).
+func fromTemplateGeneration(p *corev1.Pod, gen string) bool {
+	return gen != "" && p.Labels[podTemplateGenerationLabel] == gen
 }
