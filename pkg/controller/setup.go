@@ -349,6 +349,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// One registration on the node informer for the three reconcilers
+	// that watch nodes (nodeEvents).
+	nodes, err := newNodeEvents(context.Background(), mgr.GetCache(), reads.nodes)
+	if err != nil {
+		return err
+	}
 	plans, pacer := &planCache{reads: reads}, &statusPacer{}
 	images, err := opts.imageGate(mgr.GetAPIReader())
 	if err != nil {
@@ -362,7 +368,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionPredicate()), wakes("nvidiadriver", "NVIDIADriver"))).
 		Watches(&v1alpha1.NVIDIADriver{}, allDrivers, builder.WithPredicates(predicate.GenerationChangedPredicate{}, wakes("nvidiadriver", "NVIDIADriver/other"))).
 		Watches(&appsv1.DaemonSet{}, daemonSetToDriver(pacer, time.Now), builder.WithPredicates(wakes("nvidiadriver", "DaemonSet"))).
-		Watches(&corev1.Node{}, nodeToDrivers(c), builder.WithPredicates(nodeChanged(c), wakes("nvidiadriver", "Node"))).
+		WatchesRawSource(nodes.source(nodeToDrivers(c), nodeChanged(c), wakes("nvidiadriver", "Node"))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(gate("nvidiadriver", dr)); err != nil {
 		return err
@@ -371,7 +377,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	nodesKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{nodeLabelsKey}
 	})
-	if err := setupUpgrades(mgr, opts, driverOfDS, pacer, reads); err != nil {
+	if err := setupUpgrades(mgr, opts, driverOfDS, pacer, reads, nodes); err != nil {
 		return err
 	}
 	if err := setupDriverPodObjects(mgr, opts.Namespace); err != nil {
@@ -379,7 +385,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
-		Watches(&corev1.Node{}, nodesKey, builder.WithPredicates(nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
+		WatchesRawSource(nodes.source(nodesKey, nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()), wakes("node-labels", "NVIDIADriver"))).
 		Complete(gate("node-labels", &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}))
 }
@@ -486,7 +492,7 @@ func deletionPredicate() predicate.Funcs {
 
 // setupUpgrades registers the upgrade machine: it runs per CR, woken by its
 // nodes, its driver pods and its DaemonSets.
-func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler, pacer *statusPacer, reads *cachedReads) error {
+func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandler, pacer *statusPacer, reads *cachedReads, nodes *nodeEvents) error {
 	c := mgr.GetClient()
 	pods, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
@@ -536,7 +542,7 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		// reconciler catching up with a spec: the rollout holds its nodes
 		// until then (trackRollout) and sets no timer.
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()), wakes("upgrade", "NVIDIADriver"))).
-		Watches(&corev1.Node{}, ownerOfNode, builder.WithPredicates(nodeMatters, wakes("upgrade", "Node"))).
+		WatchesRawSource(nodes.source(ownerOfNode, nodeMatters, wakes("upgrade", "Node"))).
 		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters(settledPod(c, reads.nodes)), wakes("upgrade", "Pod"))).
 		// Whether a pod is in sync is read from the DaemonSet's newest
 		// revision (an undo): a pass that ran while the revision cache lagged

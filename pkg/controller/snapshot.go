@@ -36,8 +36,10 @@ type snapshot struct {
 // garbage at scale.
 func takeSnapshot(ctx context.Context, reads *cachedReads, c client.Reader) (*snapshot, error) {
 	nodes := reads.allNodes()
+	// Not copied either: the plan and the key only read the CRs, and a
+	// reconcile that changes its own CR reads it apart (Get).
 	drivers := &v1alpha1.NVIDIADriverList{}
-	if err := c.List(ctx, drivers); err != nil {
+	if err := c.List(ctx, drivers, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
 	}
 	return &snapshot{nodes: nodes, drivers: drivers.Items}, nil

@@ -473,6 +473,7 @@ func (e *env) moveLatency() error {
 		res.Values["reconciles_during_moves"] = rec
 	}
 	logf("moves done: %.0f reconciles, %.2f CPU s per 1,000 reconciles", rec, res.Values["cpu_seconds_per_1000_reconciles"])
+	logf("moves: %s", passesBetween("moves", m0, m1))
 	return nil
 }
 
@@ -547,5 +548,6 @@ func (e *env) patchDefault(want int) error {
 	logf("rollout of %d nodes at maxParallelUpgrades %d: %.1f s; %0.f transitions, controller latency p50 %.1f ms p95 %.1f ms (+ queue wait p50 %.1f ms p95 %.1f ms)",
 		want, *rollP, res.Values["rollout_seconds"], h.count(), res.Values["transition_p50_ms"], res.Values["transition_p95_ms"],
 		res.Values["queue_wait_p50_ms"], res.Values["queue_wait_p95_ms"])
+	logf("rollout: %s", passesBetween("rollout", m0, m1))
 	return nil
 }

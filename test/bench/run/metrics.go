@@ -158,3 +158,20 @@ func (h hist) quantile(q float64) float64 {
 	}
 	return prevB
 }
+
+// passesBetween says, per reconciler, how many passes ran between two
+// scrapes, what they cost on average (nvdriver_pass_seconds: their time
+// less API waits) and how many requests the pass gate deferred: what a
+// latency figure is made of.
+func passesBetween(phase string, m0, m1 metricsText) string {
+	var parts []string
+	for _, c := range []string{"node-labels", "nvidiadriver", "upgrade"} {
+		match := map[string]string{"controller": c}
+		n := m1.sum("nvdriver_pass_seconds_count", match) - m0.sum("nvdriver_pass_seconds_count", match)
+		secs := m1.sum("nvdriver_pass_seconds_sum", match) - m0.sum("nvdriver_pass_seconds_sum", match)
+		deferred := m1.sum("nvdriver_passes_deferred_total", match) - m0.sum("nvdriver_passes_deferred_total", match)
+		res.Values[phase+"_passes_"+c] = n
+		parts = append(parts, fmt.Sprintf("%s %.0f passes at %.1f ms, %.0f deferred", c, n, secs/max(n, 1)*1000, deferred))
+	}
+	return strings.Join(parts, "; ")
+}
