@@ -51,6 +51,18 @@ var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 }, []string{"to"})
 
+// upgradeStateTime is how long nodes stay in each upgrade state, from the
+// patch that put a node there to the one that took it out, both by this
+// process (a state entered before a restart is not timed). Where a
+// rollout's time goes: pod-restart-required is mostly the cluster's
+// (kube-controller-manager making the new driver pod, the kubelet or kwok
+// starting it), the other states the controller's.
+var upgradeStateTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "nvdriver_upgrade_state_seconds",
+	Help:    "Time nodes spent in an upgrade state, from the transition into it to the one out of it (both by this process), by state.",
+	Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600},
+}, []string{"state"})
+
 // statusWrites counts the status writes of each writer (driver: the pools,
 // conditions and state; rollout: the upgrade machine's status.rollout) by
 // result: written, conflict (the CR changed under the writer, retried), or
@@ -96,7 +108,7 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds, wakeups)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, upgradeStateTime, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds, wakeups)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

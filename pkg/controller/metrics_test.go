@@ -1,6 +1,13 @@
 package controller
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
+)
 
 func TestResourceOf(t *testing.T) {
 	for path, want := range map[string]string{
@@ -49,5 +56,41 @@ func TestOnlyOwnerOrStateChanged(t *testing.T) {
 		if got := onlyOwnerOrStateChanged(base, tc.n); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A node's time in a state is observed when it leaves a state this process
+// moved it into, and not for a state found on the node (entered before a
+// restart) nor once it rests.
+func TestTimeState(t *testing.T) {
+	count := func(state string) uint64 {
+		m := &dto.Metric{}
+		if err := upgradeStateTime.WithLabelValues(state).(prometheus.Metric).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	r := &UpgradeReconciler{}
+	before := map[string]uint64{}
+	for _, s := range []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StatePodRestart, upgrade.StateUncordon} {
+		before[s] = count(s)
+	}
+	r.timeState("n1", upgrade.Decision{From: upgrade.StatePodRestart, To: upgrade.StateValidation}) // found there: not timed
+	r.timeState("n1", upgrade.Decision{From: upgrade.StateValidation, To: upgrade.StateUncordon})
+	r.timeState("n1", upgrade.Decision{From: upgrade.StateUncordon, To: upgrade.StateDone})
+	r.timeState("n1", upgrade.Decision{From: upgrade.StateDone, To: upgrade.StateRequired})
+	r.timeState("n1", upgrade.Decision{From: upgrade.StateRequired, To: upgrade.StateRequired}) // no change
+	r.timeState("n1", upgrade.Decision{From: upgrade.StateRequired, To: upgrade.StateCordon})
+	for state, want := range map[string]uint64{upgrade.StatePodRestart: 0, upgrade.StateUncordon: 1, upgrade.StateRequired: 1, upgrade.StateCordon: 0} {
+		if got := count(state) - before[state]; got != want {
+			t.Errorf("%s: %d observations, want %d", state, got, want)
+		}
+	}
+	if _, ok := r.entered.Load("n1"); !ok {
+		t.Error("the node's cordon-required entry is not remembered")
+	}
+	r.timeState("n1", upgrade.Decision{From: upgrade.StateCordon, To: upgrade.StateFailed})
+	if _, ok := r.entered.Load("n1"); ok {
+		t.Error("a failed node is still remembered")
 	}
 }

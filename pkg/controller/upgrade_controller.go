@@ -55,6 +55,9 @@ type UpgradeReconciler struct {
 	// refusals holds, per node, the API's last refusal of an eviction there
 	// (a PodDisruptionBudget): the reason a pod-deletion timeout names.
 	refusals sync.Map
+	// entered holds, per node, the state this process last moved it into
+	// and when (stateEntry), for nvdriver_upgrade_state_seconds.
+	entered sync.Map
 
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
@@ -323,6 +326,7 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 	if err != nil {
 		return err
 	}
+	r.timeState(node.Name, dec)
 	r.recordEvents(d, node, dec, moved)
 	return nil
 }
@@ -369,6 +373,31 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 		}
 	}
 	return true, nil
+}
+
+// stateEntry is a state a node was moved into, and when.
+type stateEntry struct {
+	state string
+	at    time.Time
+}
+
+// timeState observes how long the node stayed in the state it leaves, when
+// this process moved it there, and remembers the one it enters.
+func (r *UpgradeReconciler) timeState(node string, dec upgrade.Decision) {
+	if dec.From == dec.To {
+		return
+	}
+	now := time.Now()
+	if v, ok := r.entered.Load(node); ok {
+		if e := v.(stateEntry); e.state == dec.From {
+			upgradeStateTime.WithLabelValues(dec.From).Observe(now.Sub(e.at).Seconds())
+		}
+	}
+	if dec.To == upgrade.StateRequired || upgrade.InProgress(dec.To) {
+		r.entered.Store(node, stateEntry{state: dec.To, at: now})
+	} else {
+		r.entered.Delete(node) // at rest: nothing more to time
+	}
 }
 
 // writeState patches the state label, the owner label of a move and the

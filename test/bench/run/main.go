@@ -549,5 +549,6 @@ func (e *env) patchDefault(want int) error {
 		want, *rollP, res.Values["rollout_seconds"], h.count(), res.Values["transition_p50_ms"], res.Values["transition_p95_ms"],
 		res.Values["queue_wait_p50_ms"], res.Values["queue_wait_p95_ms"])
 	logf("rollout: %s", passesBetween("rollout", m0, m1))
+	logf("rollout: mean time per node in each state (nodes): %s", stateTimes("rollout", m0, m1))
 	return nil
 }

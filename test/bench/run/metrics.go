@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // ---- metrics ----
@@ -174,4 +176,25 @@ func passesBetween(phase string, m0, m1 metricsText) string {
 		parts = append(parts, fmt.Sprintf("%s %.0f passes at %.1f ms, %.0f deferred", c, n, secs/max(n, 1)*1000, deferred))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// stateTimes says how long, on average, the rolled nodes spent in each
+// upgrade state between two scrapes (nvdriver_upgrade_state_seconds), in
+// the machine's order: pod-restart-required is mostly cluster time (the
+// DaemonSet controller making the new driver pod, kwok starting it), the
+// rest the controller's.
+func stateTimes(phase string, m0, m1 metricsText) string {
+	var parts []string
+	for _, s := range []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StateWaitForJobs, upgrade.StatePodDeletion,
+		upgrade.StateDrain, upgrade.StatePodRestart, upgrade.StateValidation, upgrade.StateUncordon} {
+		match := map[string]string{"state": s}
+		n := m1.sum("nvdriver_upgrade_state_seconds_count", match) - m0.sum("nvdriver_upgrade_state_seconds_count", match)
+		if n == 0 {
+			continue
+		}
+		mean := (m1.sum("nvdriver_upgrade_state_seconds_sum", match) - m0.sum("nvdriver_upgrade_state_seconds_sum", match)) / n
+		res.Values[phase+"_state_mean_seconds_"+s] = mean
+		parts = append(parts, fmt.Sprintf("%s %.2f s (%.0f)", s, mean, n))
+	}
+	return strings.Join(parts, ", ")
 }
