@@ -28,8 +28,9 @@ const (
 // meanwhile joins that one pass, which reads the cache as it is then. The
 // first event after a quiet spell runs at once.
 //
-// The interval grows with the pass's own cost (its time less the time it
-// spent waiting on the API server, see excludeFromCost), so a reconciler
+// The interval grows with the pass's own cost (the CPU time of the thread
+// it ran on, or where that cannot be read its time less the time it spent
+// waiting on the API server, see excludeFromCost), so a reconciler
 // spends at most about 1/passCostFactor of a core on one object however
 // large the cluster: at a few dozen nodes a pass costs a millisecond and the
 // interval stays passEvery; at thousands it stretches to passEveryMax, and
@@ -42,6 +43,9 @@ type gated struct {
 	mu    sync.Mutex
 	turns map[types.NamespacedName]turn
 	now   func() time.Time
+	// cpu runs a pass and says what CPU it cost (onThread); when it
+	// cannot, the cost is the pass's wall time less its API waits.
+	cpu func(func()) (time.Duration, bool)
 }
 
 // turn is when an object's last pass started and how long the next one
@@ -52,7 +56,7 @@ type turn struct {
 }
 
 func gate(name string, inner reconcile.Reconciler) *gated {
-	return &gated{inner: inner, every: passEvery, name: name, turns: map[types.NamespacedName]turn{}, now: time.Now}
+	return &gated{inner: inner, every: passEvery, name: name, turns: map[types.NamespacedName]turn{}, now: time.Now, cpu: onThread}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -63,8 +67,15 @@ func (g *gated) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	start := g.now()
 	costs := &passCost{now: g.now}
-	res, err := g.inner.Reconcile(context.WithValue(ctx, passCostKey{}, costs), req)
+	var (
+		res ctrl.Result
+		err error
+	)
+	cpu, measured := g.cpu(func() { res, err = g.inner.Reconcile(context.WithValue(ctx, passCostKey{}, costs), req) })
 	cost := max(g.now().Sub(start)-costs.waited(), 0)
+	if measured {
+		cost = cpu
+	}
 	passSeconds.WithLabelValues(g.name).Observe(cost.Seconds())
 	g.passed(req.NamespacedName, start, cost)
 	return res, err

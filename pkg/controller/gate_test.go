@@ -24,7 +24,7 @@ func TestGateRunsOnePassPerInterval(t *testing.T) {
 	inner := &countingReconciler{passes: map[string]int{}}
 	g := gate("test", inner)
 	clock := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	g.now = func() time.Time { return clock }
+	g.now, g.cpu = func() time.Time { return clock }, wallOnly
 	req := func(name string) ctrl.Request {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
 	}
@@ -54,6 +54,10 @@ func TestGateRunsOnePassPerInterval(t *testing.T) {
 		t.Errorf("after the interval: %d passes, requeue %v; want 2 and none", inner.passes["a"], res.RequeueAfter)
 	}
 }
+
+// wallOnly is a CPU clock that cannot be read: the gate falls back to the
+// pass's wall time, on the test's clock.
+func wallOnly(f func()) (time.Duration, bool) { f(); return 0, false }
 
 // slowReconciler's passes cost what it is told, part of it waiting on the
 // API server (excludeFromCost), on the gate's clock.
@@ -97,7 +101,7 @@ func TestGateIntervalGrowsWithThePassCost(t *testing.T) {
 			clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
 			inner := &slowReconciler{clock: &clock, work: tc.work, waited: tc.waited}
 			g := gate("test", inner)
-			g.now = func() time.Time { return clock }
+			g.now, g.cpu = func() time.Time { return clock }, wallOnly
 			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
 			start := clock
 			if _, err := g.Reconcile(context.Background(), req); err != nil || inner.passes != 1 {
@@ -115,5 +119,52 @@ func TestGateIntervalGrowsWithThePassCost(t *testing.T) {
 				t.Fatalf("at the interval: %d passes, requeue %v; want 2 and none", inner.passes, res.RequeueAfter)
 			}
 		})
+	}
+}
+
+// Where the thread's CPU time can be read, it is the pass's cost: a pass
+// that spent most of its time waiting for a core (a busy machine) does not
+// stretch the next interval, and one that burnt CPU does.
+func TestGateCostIsThePassCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		wall, cpu time.Duration
+		want      time.Duration
+	}{
+		{"waited 200ms for a core, 2ms of CPU", 200 * time.Millisecond, 2 * time.Millisecond, passEvery},
+		{"20ms of CPU", 20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond * passCostFactor},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+			inner := &slowReconciler{clock: &clock, work: tc.wall}
+			g := gate("test", inner)
+			g.now = func() time.Time { return clock }
+			g.cpu = func(f func()) (time.Duration, bool) { f(); return tc.cpu, true }
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
+			start := clock
+			_, _ = g.Reconcile(context.Background(), req)
+			clock = start.Add(tc.want - time.Millisecond)
+			if res, _ := g.Reconcile(context.Background(), req); res.RequeueAfter != time.Millisecond {
+				t.Errorf("just before %v: requeue %v, want 1ms", tc.want, res.RequeueAfter)
+			}
+		})
+	}
+}
+
+// The real clock: a busy loop's CPU is seen, a blocked wait's is not.
+func TestOnThread(t *testing.T) {
+	cpu, ok := onThread(func() { <-time.After(50 * time.Millisecond) }) // blocked, not running: what is measured
+	if !ok {
+		t.Skip("no per-thread CPU clock on this platform")
+	}
+	if cpu > 20*time.Millisecond {
+		t.Errorf("a 50ms sleep cost %v of CPU", cpu)
+	}
+	busy, _ := onThread(func() {
+		for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+		}
+	})
+	if busy < 10*time.Millisecond {
+		t.Errorf("30ms of busy loop cost %v of CPU", busy)
 	}
 }
