@@ -58,6 +58,9 @@ type UpgradeReconciler struct {
 	// entered holds, per node, the state this process last moved it into
 	// and when (stateEntry), for nvdriver_upgrade_state_seconds.
 	entered sync.Map
+	// lastListed holds, per node whose driver pod is being replaced, when
+	// its pods were last listed (recheckDue).
+	lastListed sync.Map
 
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
@@ -215,9 +218,35 @@ func (r *UpgradeReconciler) needsPods(in upgrade.Node, policy upgrade.Policy) bo
 		if in.Annotations[upgrade.AnnotationRestartOnly] == "true" {
 			return false
 		}
-		return in.DriverPod == nil || !in.DriverPod.InSync
+		if in.DriverPod != nil && in.DriverPod.InSync {
+			return false
+		}
+		if in.DriverPod != nil && !in.DriverPod.Deleting {
+			return true // the pass may delete the driver pod: look now
+		}
+		// The old pod is going or gone and the DaemonSet controller makes
+		// the new one, which takes seconds: a GPU pod binding meanwhile is
+		// looked for once per restartRecheck, not on every pass. At
+		// maxParallelUpgrades 100 most of a rollout's pod LISTs were these.
+		return r.recheckDue(in.Name)
 	}
 	return false
+}
+
+// restartRecheck is how often the pods on a node whose driver pod is being
+// replaced are listed again (needsPods).
+const restartRecheck = 5 * time.Second
+
+// recheckDue says whether the node's pods were last listed, while its
+// driver pod is replaced, restartRecheck ago or more (or never), and if so
+// counts this pass as the listing.
+func (r *UpgradeReconciler) recheckDue(node string) bool {
+	now := time.Now()
+	if v, ok := r.lastListed.Load(node); ok && now.Sub(v.(time.Time)) < restartRecheck {
+		return false
+	}
+	r.lastListed.Store(node, now)
+	return true
 }
 
 // observePods reads the pods on node i of the pass and fills what its
@@ -386,6 +415,9 @@ type stateEntry struct {
 func (r *UpgradeReconciler) timeState(node string, dec upgrade.Decision) {
 	if dec.From == dec.To {
 		return
+	}
+	if dec.From == upgrade.StatePodRestart {
+		r.lastListed.Delete(node)
 	}
 	now := time.Now()
 	if v, ok := r.entered.Load(node); ok {
