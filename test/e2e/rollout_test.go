@@ -84,6 +84,16 @@ spec:
     canary: {nodes: 2}
 `)
 	eventually(t, 2*time.Minute, "the first driver on the cw nodes", func() error { return allNodesIn(t, "canary", total, upgrade.StateDone) })
+	// A new node is upgrade-done from its first patch, before its driver
+	// pod exists: the version is changed only once every node runs the
+	// first driver, or a pod made after the change would start on the new
+	// one without the machine (and count as done outside the canary).
+	eventually(t, 2*time.Minute, "the first driver running on every cw node", func() error {
+		if d := getDriverE2E(t, "canary"); d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
+			return fmt.Errorf("state %s", d.Status.State)
+		}
+		return nil
+	})
 	eventually(t, 30*time.Second, "revision 1 recorded", func() error {
 		if h := history(t, "canary"); len(h) != 1 || h[0].Version != "470.141.10" || !h[0].Current || h[0].Nodes != total {
 			return fmt.Errorf("history %+v", h)
