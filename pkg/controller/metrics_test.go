@@ -62,7 +62,7 @@ func TestOnlyOwnerOrStateChanged(t *testing.T) {
 // A node's time in a state is observed when it leaves a state this process
 // moved it into, and not for a state found on the node (entered before a
 // restart) nor once it rests.
-func TestTimeState(t *testing.T) {
+func TestTransitionedTimesStates(t *testing.T) {
 	count := func(state string) uint64 {
 		m := &dto.Metric{}
 		if err := upgradeStateTime.WithLabelValues(state).(prometheus.Metric).Write(m); err != nil {
@@ -75,12 +75,12 @@ func TestTimeState(t *testing.T) {
 	for _, s := range []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StatePodRestart, upgrade.StateUncordon} {
 		before[s] = count(s)
 	}
-	r.timeState("n1", upgrade.Decision{From: upgrade.StatePodRestart, To: upgrade.StateValidation}) // found there: not timed
-	r.timeState("n1", upgrade.Decision{From: upgrade.StateValidation, To: upgrade.StateUncordon})
-	r.timeState("n1", upgrade.Decision{From: upgrade.StateUncordon, To: upgrade.StateDone})
-	r.timeState("n1", upgrade.Decision{From: upgrade.StateDone, To: upgrade.StateRequired})
-	r.timeState("n1", upgrade.Decision{From: upgrade.StateRequired, To: upgrade.StateRequired}) // no change
-	r.timeState("n1", upgrade.Decision{From: upgrade.StateRequired, To: upgrade.StateCordon})
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StatePodRestart, To: upgrade.StateValidation}) // found there: not timed
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StateValidation, To: upgrade.StateUncordon})
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StateUncordon, To: upgrade.StateDone})
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StateDone, To: upgrade.StateRequired})
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StateRequired, To: upgrade.StateRequired}) // no change
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StateRequired, To: upgrade.StateCordon})
 	for state, want := range map[string]uint64{upgrade.StatePodRestart: 0, upgrade.StateUncordon: 1, upgrade.StateRequired: 1, upgrade.StateCordon: 0} {
 		if got := count(state) - before[state]; got != want {
 			t.Errorf("%s: %d observations, want %d", state, got, want)
@@ -89,7 +89,7 @@ func TestTimeState(t *testing.T) {
 	if _, ok := r.entered.Load("n1"); !ok {
 		t.Error("the node's cordon-required entry is not remembered")
 	}
-	r.timeState("n1", upgrade.Decision{From: upgrade.StateCordon, To: upgrade.StateFailed})
+	r.transitioned("n1", upgrade.Decision{From: upgrade.StateCordon, To: upgrade.StateFailed})
 	if _, ok := r.entered.Load("n1"); ok {
 		t.Error("a failed node is still remembered")
 	}

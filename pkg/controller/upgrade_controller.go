@@ -355,7 +355,7 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 	if err != nil {
 		return err
 	}
-	r.timeState(node.Name, dec)
+	r.transitioned(node.Name, dec)
 	r.recordEvents(d, node, dec, moved)
 	return nil
 }
@@ -410,9 +410,12 @@ type stateEntry struct {
 	at    time.Time
 }
 
-// timeState observes how long the node stayed in the state it leaves, when
-// this process moved it there, and remembers the one it enters.
-func (r *UpgradeReconciler) timeState(node string, dec upgrade.Decision) {
+// transitioned keeps the per-node memory of a written transition: it
+// observes how long the node stayed in the state it leaves (when this
+// process moved it there) and remembers the one it enters, and a node that
+// leaves pod-restart-required forgets when its pods were last listed there
+// (recheckDue).
+func (r *UpgradeReconciler) transitioned(node string, dec upgrade.Decision) {
 	if dec.From == dec.To {
 		return
 	}

@@ -12,7 +12,7 @@ func TestNeedsPods(t *testing.T) {
 	r := &UpgradeReconciler{}
 	policy := upgrade.Policy{}
 	node := func(state string, pod *upgrade.DriverPod) upgrade.Node {
-		return upgrade.Node{Name: "n-" + state, State: state, DriverPod: pod}
+		return upgrade.Node{State: state, DriverPod: pod}
 	}
 	old := &upgrade.DriverPod{Name: "old"}
 	going := &upgrade.DriverPod{Name: "old", Deleting: true}
@@ -33,7 +33,7 @@ func TestNeedsPods(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
-			in.Name = tc.name
+			in.Name = tc.name // a node of its own per case: recheckDue remembers nodes
 			if got := r.needsPods(in, policy); got != tc.first {
 				t.Errorf("first pass: %v, want %v", got, tc.first)
 			}
@@ -43,7 +43,7 @@ func TestNeedsPods(t *testing.T) {
 		})
 	}
 	// Leaving pod-restart forgets the listing: the next restart lists at once.
-	r.timeState("restart, no pod yet", upgrade.Decision{From: upgrade.StatePodRestart, To: upgrade.StateValidation})
+	r.transitioned("restart, no pod yet", upgrade.Decision{From: upgrade.StatePodRestart, To: upgrade.StateValidation})
 	if !r.needsPods(upgrade.Node{Name: "restart, no pod yet", State: upgrade.StatePodRestart}, policy) {
 		t.Error("after the node left pod-restart, its next restart did not list at once")
 	}
