@@ -9,6 +9,10 @@
 #   kube-controller-manager's --node-monitor-grace-period (40s × F; kwokctl's
 #   default F is 5): at thousands of kwok nodes on 2 cores heartbeats lag while
 #   kube-apiserver is busy, and nodes would flap NotReady.
+# kube-controller-manager and kube-scheduler run without leader election: each
+# is the only one, and with it on each exits for good ("leaderelection lost")
+# when it cannot renew its Lease for 10 s, as in the fault tests' etcd and
+# kube-apiserver restarts on a loaded machine; kwokctl does not restart them.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -39,6 +43,23 @@ up() {
   fi
   # kwok's default stages plus simulated failures (test/tools/kwok/cmd/stages).
   (cd "$root/test/tools/kwok" && go run ./cmd/stages) > "$KWOK_WORKDIR/stages-$name.yaml"
+  # Two arguments for one component go in the configuration, not in two
+  # --extra-args: kwokctl 0.8 panics on a component repeated there after the
+  # first one (it indexes its patches by flag position).
+  cat >> "$KWOK_WORKDIR/stages-$name.yaml" <<'YAML'
+---
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-controller-manager
+  extraArgs:
+  - {key: bind-address, value: 127.0.0.1}
+  - {key: leader-elect, value: "false"}
+- name: kube-scheduler
+  extraArgs:
+  - {key: bind-address, value: 127.0.0.1}
+  - {key: leader-elect, value: "false"}
+YAML
   local etcd_port etcd_peer extra=()
   if [ -n "$factor" ]; then extra+=(--heartbeat-factor "$factor"); fi
   etcd_port="$(free_port)"; etcd_peer="$(free_port)"
@@ -53,8 +74,6 @@ up() {
     --extra-args "etcd=listen-peer-urls=http://127.0.0.1:$etcd_peer" \
     --extra-args "etcd=advertise-client-urls=http://127.0.0.1:$etcd_port" \
     --extra-args "kube-apiserver=bind-address=127.0.0.1" \
-    --extra-args "kube-controller-manager=bind-address=127.0.0.1" \
-    --extra-args "kube-scheduler=bind-address=127.0.0.1" \
     --extra-args "kwok-controller=server-address=127.0.0.1:0" ${extra[@]+"${extra[@]}"} \
     --wait 2m >"$KWOK_WORKDIR/create-$name.log" 2>&1 || { cat "$KWOK_WORKDIR/create-$name.log" >&2; exit 1; }
   "$bin/kwokctl" get kubeconfig --name "$name" > "$kubeconfig.tmp" && mv "$kubeconfig.tmp" "$kubeconfig"

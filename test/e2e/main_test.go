@@ -204,7 +204,34 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 		}
 		<-tick.C
 	}
-	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+	t.Fatalf("timed out after %s waiting for %s: %v%s", timeout, what, err, deadComponents())
+}
+
+// deadComponents names the local cluster's components (kwokctl's pid
+// files) that are no longer running, with where their logs are: a wait
+// that times out because, say, kube-scheduler exited says so, instead of
+// every later test failing on pods that are never bound.
+func deadComponents() string {
+	if runtime.GOOS != "linux" { // the check reads /proc
+		return ""
+	}
+	dir := filepath.Dir(kubeconfig)
+	files, _ := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
+	var dead []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".pid")
+		if _, err := os.Stat("/proc/" + strings.TrimSpace(string(b))); err != nil {
+			dead = append(dead, fmt.Sprintf("%s (log: %s)", name, filepath.Join(dir, "logs", name+".log")))
+		}
+	}
+	if len(dead) == 0 {
+		return ""
+	}
+	return "; cluster components not running: " + strings.Join(dead, ", ")
 }
 
 func kubectl(t *testing.T, args ...string) string {
