@@ -62,7 +62,7 @@ test-integration: ## integration tests against a real kube-apiserver + etcd (env
 
 test-e2e: ## end-to-end tests on a fresh local simulated GPU cluster (built from source once)
 	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm >/dev/null
-	$(GO) test -count=1 -timeout 30m ./test/e2e/...
+	$(GO) test -count=1 -timeout 30m -v ./test/e2e/... # -v: each test's time, against the time budget
 
 test-packaging: ## Helm chart (lint, values, RBAC, pod security) and krew install of the linux/amd64 archive
 	test/tools/build.sh helm kubectl-krew validate-krew-manifest >/dev/null
