@@ -259,9 +259,8 @@ func TestPolicyFor(t *testing.T) {
 	}
 }
 
-// A full rollout driven by Decide (and Follow, as the controller chains
-// steps) ends with every node done, never more than the budget in progress,
-// and no node restarted before it was emptied.
+// A full rollout driven by Decide alone ends with every node done, never more
+// than the budget in progress, and no node restarted before it was emptied.
 func TestRolloutSimulation(t *testing.T) {
 	p := defaults()
 	p.MaxParallelUpgrades = 2
@@ -288,25 +287,33 @@ func TestRolloutSimulation(t *testing.T) {
 			t.Fatalf("round %d: %d nodes in progress, budget 2", round, inFlight)
 		}
 		for _, d := range Decide(list, p, clock) {
-			// The decision, then the steps that follow it in the same pass,
-			// as the controller carries them out (Follow).
-			for n, ok := nodes[d.Node], true; ok; {
-				for _, a := range d.Actions {
-					switch a {
-					case ActEvictGPUPods:
-						if !n.Unschedulable {
-							t.Fatalf("%s: evicting on a schedulable node", n.Name)
-						}
-						n.GPUPods = 0
-					case ActDeleteDriverPod:
-						if n.GPUPods != 0 || !n.Unschedulable {
-							t.Fatalf("%s: driver pod deleted with GPU pods present or node schedulable", n.Name)
-						}
-						n.DriverPod = &DriverPod{Name: n.Name + "-new", InSync: true, Ready: true}
+			n := nodes[d.Node]
+			for _, a := range d.Actions {
+				switch a {
+				case ActCordon:
+					n.Unschedulable = true
+				case ActUncordon:
+					n.Unschedulable = false
+				case ActEvictGPUPods:
+					if !n.Unschedulable {
+						t.Fatalf("%s: evicting on a schedulable node", n.Name)
 					}
+					n.GPUPods = 0
+				case ActDeleteDriverPod:
+					if n.GPUPods != 0 || !n.Unschedulable {
+						t.Fatalf("%s: driver pod deleted with GPU pods present or node schedulable", n.Name)
+					}
+					n.DriverPod = &DriverPod{Name: n.Name + "-new", InSync: true, Ready: true}
 				}
-				*n, d, ok = Follow(*n, d, p, clock)
 			}
+			for k, v := range d.Annotations {
+				if v == "" {
+					delete(n.Annotations, k)
+				} else {
+					n.Annotations[k] = v
+				}
+			}
+			n.State = d.To
 		}
 		clock = clock.Add(time.Second)
 	}
