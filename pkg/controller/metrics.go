@@ -44,12 +44,10 @@ var apiWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"verb", "resource"})
 
 // upgradeTransition is the controller-side latency of one upgrade-machine
-// transition: from the start of the pass that decided it to its node patch,
-// or for a step that followed another in the same pass (Chained steps), from
-// that step's patch, when it became due.
+// transition: from the start of the pass that decided it to its node patch.
 var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_upgrade_transition_seconds",
-	Help:    "Controller time from the start of an upgrade pass (or the step a chained step followed) to a node's transition written, by target state.",
+	Help:    "Controller time from the start of an upgrade pass to a node's transition written, by target state.",
 	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 }, []string{"to"})
 

@@ -343,10 +343,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 // the next pass goes on from the cache, which then holds both writes. So
 // the versions before our patches (ownWrites) are one unbroken run of our
 // own, and a cache past all of them has seen the last.
-//
-// due is when the step became due (the pass's start, for the first), for
-// nvdriver_upgrade_transition_seconds.
-func (r *UpgradeReconciler) executeChain(ctx context.Context, d *v1alpha1.NVIDIADriver, ps *pass, i int, dec upgrade.Decision, policy upgrade.Policy, now, due time.Time) error {
+func (r *UpgradeReconciler) executeChain(ctx context.Context, d *v1alpha1.NVIDIADriver, ps *pass, i int, dec upgrade.Decision, policy upgrade.Policy, now, passStart time.Time) error {
 	node, in := ps.nodes[i].DeepCopy(), ps.inputs[i]
 	read := node.ResourceVersion
 	onNode, evictable := ps.listed[dec.Node], ps.evictable[dec.Node]
@@ -362,8 +359,7 @@ func (r *UpgradeReconciler) executeChain(ctx context.Context, d *v1alpha1.NVIDIA
 		if !done {
 			return nil
 		}
-		upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(due).Seconds())
-		due = time.Now() // the step that follows is due from this one's write
+		upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
 		var ok bool
 		if in, dec, ok = upgrade.Follow(in, dec, policy, now); !ok || r.needsPods(in, policy) {
 			return nil
