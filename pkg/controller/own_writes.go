@@ -1,23 +1,20 @@
 package controller
 
 import (
-	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
-// ownWrites remembers, per node a reconciler patched, the resourceVersions
-// the node had before each of its patches, until the cache shows another one
-// (kube's "expectations"). While the cache shows one of them it has not seen
-// our last write, and a pass deciding on it would act twice: the upgrade
-// machine could hand a node's budget slot out again, or write a state the
-// node has already left (after a chain of steps, docs/design.md, "Chained
-// steps"), the labeller would patch the node again with what it already
-// holds.
+// ownWrites remembers, per node a reconciler patched, the resourceVersion
+// the node had before, until the cache shows a later one (kube's
+// "expectations"). While the cache still shows that version it has not seen
+// our own write, and a pass deciding on it would act twice: the upgrade
+// machine could hand a node's budget slot out again, the labeller would
+// patch the node again with what it already holds.
 type ownWrites struct {
 	mu  sync.Mutex
-	pre map[string][]string
+	pre map[string]string
 }
 
 // wrote records a patch of node that took it from resourceVersion pre to
@@ -30,14 +27,16 @@ func (w *ownWrites) wrote(node, pre, post string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.pre == nil {
-		w.pre = map[string][]string{}
+		w.pre = map[string]string{}
 	}
-	w.pre[node] = append(w.pre[node], pre)
+	if _, ok := w.pre[node]; !ok { // keep the oldest: the cache must pass it
+		w.pre[node] = pre
+	}
 }
 
-// behind returns the nodes whose cached copy is from before one of our
-// patches of them (nil when none), and forgets the nodes the cache has
-// caught up on.
+// behind returns the nodes whose cached copy is still from before our last
+// patch of them (nil when none), and forgets the nodes the cache has caught
+// up on.
 func (w *ownWrites) behind(nodes []*corev1.Node) map[string]bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -47,7 +46,7 @@ func (w *ownWrites) behind(nodes []*corev1.Node) map[string]bool {
 		if !ok {
 			continue
 		}
-		if !slices.Contains(pre, nodes[i].ResourceVersion) {
+		if nodes[i].ResourceVersion != pre {
 			delete(w.pre, nodes[i].Name)
 			continue
 		}

@@ -314,17 +314,20 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		if !dec.Changed() {
 			continue
 		}
-		i := ps.at(dec.Node)
+		node := ps.nodes[ps.at(dec.Node)]
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
-			if err := r.executeChain(ctx, d, ps, i, dec, policy, now, passStart); err != nil {
+			if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], ps.listed[dec.Node], ps.evictable[dec.Node], dec); err != nil {
+				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
 				}
 				mu.Unlock()
+				return nil
 			}
+			upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
 			return nil
 		})
 	}
@@ -335,74 +338,38 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 	return ctrl.Result{}, firstErr
 }
 
-// executeChain carries out node i's decision, then the steps that follow it
-// at once (upgrade.Follow; docs/design.md, "Chained steps"), each only once
-// the one before is written. Every patch of the node after the first
-// carries the resourceVersion the one before left: if anything else wrote
-// the node in between, the patch is refused and the chain stops there, and
-// the next pass goes on from the cache, which then holds both writes. So
-// the versions before our patches (ownWrites) are one unbroken run of our
-// own, and a cache past all of them has seen the last.
-func (r *UpgradeReconciler) executeChain(ctx context.Context, d *v1alpha1.NVIDIADriver, ps *pass, i int, dec upgrade.Decision, policy upgrade.Policy, now, passStart time.Time) error {
-	node, in := ps.nodes[i].DeepCopy(), ps.inputs[i]
-	read := node.ResourceVersion
-	onNode, evictable := ps.listed[dec.Node], ps.evictable[dec.Node]
-	for {
-		done, err := r.execute(ctx, d, node, read, ps.podObjs[dec.Node], onNode, evictable, dec)
-		if apierrors.IsConflict(err) {
-			return nil
-		}
-		if err != nil {
-			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
-			return err
-		}
-		if !done {
-			return nil
-		}
-		upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
-		var ok bool
-		if in, dec, ok = upgrade.Follow(in, dec, policy, now); !ok || r.needsPods(in, policy) {
-			return nil
-		}
-		// The followed steps remove no pods: they need no pod lists.
-		onNode, evictable = nil, nil
-	}
-}
-
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done),
-// then the Events. done is false when the decision must wait for the next
-// pass. A patch of a node this pass already patched (its resourceVersion is
-// no longer read, the one the pass read) carries the resourceVersion.
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, read string, driverPod *corev1.Pod, onNode, evictable []corev1.Pod, dec upgrade.Decision) (done bool, err error) {
+// then the Events.
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, onNode, evictable []corev1.Pod, dec upgrade.Decision) error {
 	// Patches update node in place with the server's answer: a new
 	// resourceVersion means we wrote it.
 	pre := node.ResourceVersion
 	defer func() {
 		r.written.wrote(node.Name, pre, node.ResourceVersion)
 	}()
-	if done, err := r.runActions(ctx, node, read, driverPod, evictable, dec); err != nil || !done {
-		return false, err
+	if done, err := r.runActions(ctx, node, driverPod, evictable, dec); err != nil || !done {
+		return err
 	}
-	moved, err := r.writeState(ctx, node, dec, node.ResourceVersion != read)
+	moved, err := r.writeState(ctx, node, dec)
 	if err != nil {
-		return false, err
+		return err
 	}
 	r.transitioned(node.Name, dec)
 	r.recordEvents(d, node, dec, moved)
-	return true, nil
+	return nil
 }
 
 // runActions does the decision's actions; done is false when the decision
 // must wait for the next pass (a GPU pod arrived before the driver restart).
-func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, read string, driverPod *corev1.Pod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, err error) {
+func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, driverPod *corev1.Pod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, err error) {
 	for _, a := range dec.Actions {
 		var err error
 		switch a {
 		case upgrade.ActCordon:
-			err = r.setUnschedulable(ctx, node, true, node.ResourceVersion != read)
+			err = r.setUnschedulable(ctx, node, true)
 		case upgrade.ActUncordon:
-			err = r.setUnschedulable(ctx, node, false, node.ResourceVersion != read)
+			err = r.setUnschedulable(ctx, node, false)
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
 			// The machine decides to evict only after this pass's helper
 			// found every target removable (its Refused was empty).
@@ -470,7 +437,7 @@ func (r *UpgradeReconciler) transitioned(node string, dec upgrade.Decision) {
 
 // writeState patches the state label, the owner label of a move and the
 // machine's annotations in one merge patch; it returns where a moved node went.
-func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, dec upgrade.Decision, lock bool) (moved string, err error) {
+func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, dec upgrade.Decision) (moved string, err error) {
 	meta := map[string]any{}
 	labels := map[string]any{}
 	if dec.From != dec.To {
@@ -512,9 +479,6 @@ func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, d
 		}
 	}
 	if len(meta) > 0 {
-		if lock {
-			meta["resourceVersion"] = node.ResourceVersion
-		}
 		body, _ := json.Marshal(map[string]any{"metadata": meta})
 		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
 			return "", fmt.Errorf("setting upgrade state of %s: %w", node.Name, err)
@@ -549,13 +513,10 @@ func stateName(s string) string {
 	return s
 }
 
-func (r *UpgradeReconciler) setUnschedulable(ctx context.Context, node *corev1.Node, v, lock bool) error {
+func (r *UpgradeReconciler) setUnschedulable(ctx context.Context, node *corev1.Node, v bool) error {
 	if node.Spec.Unschedulable == v {
 		return nil
 	}
 	body := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, v))
-	if lock {
-		body = []byte(fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"unschedulable":%v}}`, node.ResourceVersion, v))
-	}
 	return r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
 }

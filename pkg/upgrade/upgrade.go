@@ -359,21 +359,15 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 		out = append(out, d)
 	}
 	for i := range out {
-		stampState(&out[i], now)
+		// Written with the state, in the same patch: no request of its own.
+		if d := &out[i]; d.From != d.To {
+			d.Annotate(AnnotationStateSince, stamp(now))
+			if d.To == StateUnknown {
+				d.Annotate(AnnotationStateSince, "")
+			}
+		}
 	}
 	return out
-}
-
-// stampState records when a node that changes state entered the new one,
-// written with the state, in the same patch: no request of its own.
-func stampState(d *Decision, now time.Time) {
-	switch {
-	case d.From == d.To:
-	case d.To == StateUnknown:
-		d.Annotate(AnnotationStateSince, "")
-	default:
-		d.Annotate(AnnotationStateSince, stamp(now))
-	}
 }
 
 // restartOnly: the node may take the restart-only path. Not for a move (the
