@@ -348,10 +348,11 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 	defer func() {
 		r.written.wrote(node.Name, pre, node.ResourceVersion)
 	}()
-	if done, err := r.runActions(ctx, node, driverPod, evictable, dec); err != nil || !done {
+	done, unsched, err := r.runActions(ctx, node, driverPod, evictable, dec)
+	if err != nil || !done {
 		return err
 	}
-	moved, err := r.writeState(ctx, node, dec)
+	moved, err := r.writeState(ctx, node, dec, unsched)
 	if err != nil {
 		return err
 	}
@@ -362,14 +363,23 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 
 // runActions does the decision's actions; done is false when the decision
 // must wait for the next pass (a GPU pod arrived before the driver restart).
-func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, driverPod *corev1.Pod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, err error) {
-	for _, a := range dec.Actions {
+// A cordon or uncordon that no later action waits for is not done here but
+// returned (unsched), for writeState to set with the state in one patch
+// (docs/design.md, "Cordon with the state").
+func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, driverPod *corev1.Pod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, unsched *bool, err error) {
+	for i, a := range dec.Actions {
 		var err error
 		switch a {
-		case upgrade.ActCordon:
-			err = r.setUnschedulable(ctx, node, true)
-		case upgrade.ActUncordon:
-			err = r.setUnschedulable(ctx, node, false)
+		case upgrade.ActCordon, upgrade.ActUncordon:
+			v := a == upgrade.ActCordon
+			if node.Spec.Unschedulable == v {
+				break
+			}
+			if lastAction(dec.Actions[i+1:]) {
+				unsched = &v
+				break
+			}
+			err = r.setUnschedulable(ctx, node, v)
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
 			// The machine decides to evict only after this pass's helper
 			// found every target removable (its Refused was empty).
@@ -384,10 +394,10 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 			if !dec.RestartOnly {
 				onNode, lerr := r.podsOnNode(ctx, node.Name)
 				if lerr != nil {
-					return false, lerr
+					return false, nil, lerr
 				}
 				if len(gpuPods(onNode)) > 0 {
-					return false, nil // the next pass sends the node back to pod-deletion-required
+					return false, nil, nil // the next pass sends the node back to pod-deletion-required
 				}
 			}
 			// The machine only asks for this when the pod is out of sync.
@@ -398,10 +408,21 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 			}
 		}
 		if err != nil {
-			return false, fmt.Errorf("%s on %s: %w", a, node.Name, err)
+			return false, nil, fmt.Errorf("%s on %s: %w", a, node.Name, err)
 		}
 	}
-	return true, nil
+	return true, unsched, nil
+}
+
+// lastAction says whether none of the actions left waits for an API call:
+// only the move is, and it is part of the state's patch too.
+func lastAction(rest []upgrade.Action) bool {
+	for _, a := range rest {
+		if a != upgrade.ActMove {
+			return false
+		}
+	}
+	return true
 }
 
 // stateEntry is a state a node was moved into, and when.
@@ -435,9 +456,10 @@ func (r *UpgradeReconciler) transitioned(node string, dec upgrade.Decision) {
 	}
 }
 
-// writeState patches the state label, the owner label of a move and the
-// machine's annotations in one merge patch; it returns where a moved node went.
-func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, dec upgrade.Decision) (moved string, err error) {
+// writeState patches the state label, the owner label of a move, the
+// machine's annotations and the cordon runActions left to it (unsched, nil:
+// none) in one merge patch; it returns where a moved node went.
+func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, dec upgrade.Decision, unsched *bool) (moved string, err error) {
 	meta := map[string]any{}
 	labels := map[string]any{}
 	if dec.From != dec.To {
@@ -478,8 +500,15 @@ func (r *UpgradeReconciler) writeState(ctx context.Context, node *corev1.Node, d
 			meta["annotations"] = ann
 		}
 	}
+	patch := map[string]any{}
 	if len(meta) > 0 {
-		body, _ := json.Marshal(map[string]any{"metadata": meta})
+		patch["metadata"] = meta
+	}
+	if unsched != nil {
+		patch["spec"] = map[string]any{"unschedulable": *unsched}
+	}
+	if len(patch) > 0 {
+		body, _ := json.Marshal(patch)
 		if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
 			return "", fmt.Errorf("setting upgrade state of %s: %w", node.Name, err)
 		}
