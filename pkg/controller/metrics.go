@@ -108,6 +108,10 @@ func countRegistryRequest(r imagecheck.Result) {
 }
 
 func init() {
+	// The API server's answer time and the client's own rate limiter, as
+	// Kubernetes' controllers export them: how much of a pass's wall time is
+	// the cluster's, not the controller's. Labelled by verb and host only.
+	metrics.RegisterRESTClientMetrics(metrics.MetricRequestLatency, metrics.MetricRateLimiterLatency)
 	metrics.Registry.MustRegister(apiWrites, upgradeTransition, upgradeStateTime, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds, wakeups)
 }
 
