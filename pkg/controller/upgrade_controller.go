@@ -37,8 +37,13 @@ const (
 // requeueWhileUpgrading re-checks timeouts while a rollout is in flight.
 const requeueWhileUpgrading = 2 * time.Second
 
-// passWorkers bounds the concurrent API calls of one upgrade pass.
-const passWorkers = 16
+// passWorkers bounds the concurrent API calls of one upgrade pass. A pass
+// at maxParallelUpgrades 100 has up to a hundred nodes to act on, and the
+// next pass (every node's next step) waits for its last call: with 16 at a
+// time the pass was several answer times long (BENCHMARKS.md, "Rollout
+// pass width"). The client's rate limit (--kube-api-qps, --kube-api-burst)
+// still bounds what reaches the API server.
+const passWorkers = 64
 
 // cacheCatchUp is how soon a pass that found the cache behind our own node
 // writes runs again (the watch event is usually milliseconds away).
