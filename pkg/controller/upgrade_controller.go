@@ -43,7 +43,7 @@ const requeueWhileUpgrading = 2 * time.Second
 // time the pass was several answer times long (BENCHMARKS.md, "Rollout
 // pass width"). The client's rate limit (--kube-api-qps, --kube-api-burst)
 // still bounds what reaches the API server.
-const passWorkers = 128
+const passWorkers = 64
 
 // cacheCatchUp is how soon a pass that found the cache behind our own node
 // writes runs again (the watch event is usually milliseconds away).
