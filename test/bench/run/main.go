@@ -564,5 +564,6 @@ func (e *env) patchDefault(want int) error {
 		api.count(), res.Values["rollout_api_p50_ms"], res.Values["rollout_api_p95_ms"], res.Values["rollout_patch_p50_ms"], res.Values["rollout_patch_p95_ms"], res.Values["rollout_rate_limiter_p95_ms"])
 	logf("rollout: %s", passesBetween("rollout", m0, m1))
 	logf("rollout: mean time per node in each state (nodes): %s", stateTimes("rollout", m0, m1))
+	logf("rollout: transition latency p50/p95 by the state entered (transitions): %s", transitionsByState("rollout", m0, m1))
 	return nil
 }

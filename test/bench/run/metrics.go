@@ -198,3 +198,21 @@ func stateTimes(phase string, m0, m1 metricsText) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// transitionsByState is the upgrade machine's transition latency p50/p95
+// per target state over a phase (a decision that keeps its state but acts,
+// such as deleting the driver pod, counts under that state): which steps
+// make the tail.
+func transitionsByState(phase string, m0, m1 metricsText) string {
+	var parts []string
+	for _, s := range []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StateWaitForJobs, upgrade.StatePodDeletion,
+		upgrade.StateDrain, upgrade.StatePodRestart, upgrade.StateValidation, upgrade.StateUncordon, upgrade.StateDone, upgrade.StateFailed} {
+		h := m1.histogram("nvdriver_upgrade_transition_seconds", "to", s).minus(m0.histogram("nvdriver_upgrade_transition_seconds", "to", s))
+		if h.count() == 0 {
+			continue
+		}
+		res.Values[phase+"_transition_p95_ms_"+s] = h.quantile(0.95) * 1000
+		parts = append(parts, fmt.Sprintf("%s %.0f/%.0f ms (%.0f)", s, h.quantile(0.5)*1000, h.quantile(0.95)*1000, h.count()))
+	}
+	return strings.Join(parts, ", ")
+}
