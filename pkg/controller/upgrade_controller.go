@@ -380,7 +380,7 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 			if node.Spec.Unschedulable == v {
 				break
 			}
-			if lastAction(dec.Actions[i+1:]) {
+			if onlyTheMove(dec.Actions[i+1:]) {
 				unsched = &v
 				break
 			}
@@ -419,9 +419,10 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 	return true, unsched, nil
 }
 
-// lastAction says whether none of the actions left waits for an API call:
-// only the move is, and it is part of the state's patch too.
-func lastAction(rest []upgrade.Action) bool {
+// onlyTheMove says whether the actions after a cordon or uncordon are at
+// most the move, which the state's patch carries too: no call in between
+// needs the node cordoned (or uncordoned) first.
+func onlyTheMove(rest []upgrade.Action) bool {
 	for _, a := range rest {
 		if a != upgrade.ActMove {
 			return false
