@@ -538,8 +538,8 @@ func (e *env) patchDefault(want int) error {
 	res.Values["registry_checks_rollout"] = m1.sum("nvdriver_registry_checks_total", nil) - m0.sum("nvdriver_registry_checks_total", nil)
 	res.Values["registry_requests_rollout"] = float64(e.reg.Requests.Load() - reg0)
 	logf("registry during the rollout: %.0f checks, %.0f requests", res.Values["registry_checks_rollout"], res.Values["registry_requests_rollout"])
-	h := m1.histogram("nvdriver_upgrade_transition_seconds").minus(m0.histogram("nvdriver_upgrade_transition_seconds"))
-	q := m1.histogram("workqueue_queue_duration_seconds", "name", "upgrade").minus(m0.histogram("workqueue_queue_duration_seconds", "name", "upgrade"))
+	h := histBetween(m0, m1, "nvdriver_upgrade_transition_seconds")
+	q := histBetween(m0, m1, "workqueue_queue_duration_seconds", "name", "upgrade")
 	res.Values["rollout_transitions"] = h.count()
 	res.Values["transition_p50_ms"] = h.quantile(0.5) * 1000
 	res.Values["transition_p95_ms"] = h.quantile(0.95) * 1000
@@ -551,9 +551,9 @@ func (e *env) patchDefault(want int) error {
 	// The API server's share of a pass: how long the controller's requests
 	// took to be answered, and waited on its own rate limiter, during the
 	// rollout (coarse buckets: 5, 25, 100, 250, 500 ms, 1 s, ...).
-	api := m1.histogram("rest_client_request_duration_seconds").minus(m0.histogram("rest_client_request_duration_seconds"))
-	patches := m1.histogram("rest_client_request_duration_seconds", "verb", "PATCH").minus(m0.histogram("rest_client_request_duration_seconds", "verb", "PATCH"))
-	limiter := m1.histogram("rest_client_rate_limiter_duration_seconds").minus(m0.histogram("rest_client_rate_limiter_duration_seconds"))
+	api := histBetween(m0, m1, "rest_client_request_duration_seconds")
+	patches := histBetween(m0, m1, "rest_client_request_duration_seconds", "verb", "PATCH")
+	limiter := histBetween(m0, m1, "rest_client_rate_limiter_duration_seconds")
 	res.Values["rollout_api_requests"] = api.count()
 	res.Values["rollout_api_p50_ms"] = api.quantile(0.5) * 1000
 	res.Values["rollout_api_p95_ms"] = api.quantile(0.95) * 1000

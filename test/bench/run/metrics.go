@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,6 +123,11 @@ func (m metricsText) histogram(name string, match ...string) hist {
 	return h
 }
 
+// histBetween is a histogram's observations between two scrapes.
+func histBetween(m0, m1 metricsText, name string, match ...string) hist {
+	return m1.histogram(name, match...).minus(m0.histogram(name, match...))
+}
+
 func (h hist) minus(o hist) hist {
 	out := hist{}
 	for k, v := range h {
@@ -183,10 +189,13 @@ func passesBetween(phase string, m0, m1 metricsText) string {
 // the machine's order: pod-restart-required is mostly cluster time (the
 // DaemonSet controller making the new driver pod, kwok starting it), the
 // rest the controller's.
+// inFlightStates are the upgrade states a node waits in during a rollout, in order.
+var inFlightStates = []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StateWaitForJobs, upgrade.StatePodDeletion,
+	upgrade.StateDrain, upgrade.StatePodRestart, upgrade.StateValidation, upgrade.StateUncordon}
+
 func stateTimes(phase string, m0, m1 metricsText) string {
 	var parts []string
-	for _, s := range []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StateWaitForJobs, upgrade.StatePodDeletion,
-		upgrade.StateDrain, upgrade.StatePodRestart, upgrade.StateValidation, upgrade.StateUncordon} {
+	for _, s := range inFlightStates {
 		match := map[string]string{"state": s}
 		n := m1.sum("nvdriver_upgrade_state_seconds_count", match) - m0.sum("nvdriver_upgrade_state_seconds_count", match)
 		if n == 0 {
@@ -205,9 +214,8 @@ func stateTimes(phase string, m0, m1 metricsText) string {
 // make the tail.
 func transitionsByState(phase string, m0, m1 metricsText) string {
 	var parts []string
-	for _, s := range []string{upgrade.StateRequired, upgrade.StateCordon, upgrade.StateWaitForJobs, upgrade.StatePodDeletion,
-		upgrade.StateDrain, upgrade.StatePodRestart, upgrade.StateValidation, upgrade.StateUncordon, upgrade.StateDone, upgrade.StateFailed} {
-		h := m1.histogram("nvdriver_upgrade_transition_seconds", "to", s).minus(m0.histogram("nvdriver_upgrade_transition_seconds", "to", s))
+	for _, s := range append(slices.Clone(inFlightStates), upgrade.StateDone, upgrade.StateFailed) {
+		h := histBetween(m0, m1, "nvdriver_upgrade_transition_seconds", "to", s)
 		if h.count() == 0 {
 			continue
 		}
