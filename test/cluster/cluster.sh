@@ -4,11 +4,13 @@
 # from Go modules (test/tools/build.sh) and run by kwokctl's binary runtime.
 # Every component listens on 127.0.0.1 only.
 #
-# usage: test/cluster/cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] | down | kubeconfig
+# usage: test/cluster/cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D] | down | kubeconfig
 #   --heartbeat-factor scales kwokctl's node heartbeat timings, among them
 #   kube-controller-manager's --node-monitor-grace-period (40s × F; kwokctl's
 #   default F is 5): at thousands of kwok nodes on 2 cores heartbeats lag while
 #   kube-apiserver is busy, and nodes would flap NotReady.
+#   --node-status-every is how often a Ready node posts its status (default
+#   5m, as a kubelet with node leases; kwok renews the Leases in between).
 # kube-controller-manager and kube-scheduler run without leader election: each
 # is the only one, and with it on each exits for good ("leaderelection lost")
 # when it cannot renew its Lease for 10 s, as in the fault tests' etcd and
@@ -27,12 +29,13 @@ free_port() {
 }
 
 up() {
-  local gpu_nodes=6 factor=""
+  local gpu_nodes=6 factor="" every=5m
   while [ $# -gt 0 ]; do
     case "$1" in
       --gpu-nodes) gpu_nodes="$2"; shift 2 ;;
       --heartbeat-factor) factor="$2"; shift 2 ;;
-      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N] [--heartbeat-factor F])" >&2; exit 1 ;;
+      --node-status-every) every="$2"; shift 2 ;;
+      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D])" >&2; exit 1 ;;
     esac
   done
   echo ">> building cluster components (cached after the first build; a cold build takes ~15 minutes on 2 cores)"
@@ -42,7 +45,7 @@ up() {
     "$bin/kwokctl" delete cluster --name "$name" >/dev/null
   fi
   # kwok's default stages plus simulated failures (test/tools/kwok/cmd/stages).
-  (cd "$root/test/tools/kwok" && go run ./cmd/stages) > "$KWOK_WORKDIR/stages-$name.yaml"
+  (cd "$root/test/tools/kwok" && go run ./cmd/stages -node-status-every "$every") > "$KWOK_WORKDIR/stages-$name.yaml"
   # Two arguments for one component go in the configuration, not in two
   # --extra-args: kwokctl 0.8 panics on a component repeated there after the
   # first one (it indexes its patches by flag position).
@@ -102,5 +105,5 @@ case "${1:-}" in
   up) shift; up "$@" ;;
   down) down ;;
   kubeconfig) echo "$kubeconfig" ;;
-  *) echo "usage: $0 up [--gpu-nodes N] | down | kubeconfig" >&2; exit 1 ;;
+  *) echo "usage: $0 up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D] | down | kubeconfig" >&2; exit 1 ;;
 esac

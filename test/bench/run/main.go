@@ -47,27 +47,31 @@ const (
 )
 
 var (
-	root    string
-	nodesN  = flag.Int("nodes", 1000, "simulated GPU nodes")
-	runs    = flag.Int("runs", 5, "repetitions of each timed measurement (medians are reported)")
-	idle    = flag.Duration("idle", 5*time.Minute, "idle window (measured as 5 equal slices)")
-	moves   = flag.Int("moves", 100, "node moves for the move latency")
-	rollP   = flag.Int("rollout-parallel", 100, "maxParallelUpgrades of the rollout")
-	rollAll = flag.Int("rollout-all-max", 1000, "up to this many nodes the rollout covers every node (the other CRs are deleted first, their nodes moving to the default); above it, it rolls the default CR's nodes as they are (a quarter of them): kube-controller-manager recreating thousands of driver pods twice would dominate the run")
-	out     = flag.String("out", "", "write the results as JSON here")
-	keep    = flag.Bool("keep", false, "leave the cluster and controller running")
-	batch   = flag.Int("batch", 500, "nodes created per batch (each batch waits for kwok to make them Ready)")
-	cluster = flag.String("cluster", "nvdriver-bench", "local cluster name")
-	phases  = flag.String("phases", "converge,fleet", "which parts to run: converge (one CR, nodes added while the controller runs) and fleet (20 CRs: first start, plugin, cold starts, idle, moves, rollout)")
+	root       string
+	nodesN     = flag.Int("nodes", 1000, "simulated GPU nodes")
+	runs       = flag.Int("runs", 5, "repetitions of each timed measurement (medians are reported)")
+	idle       = flag.Duration("idle", 5*time.Minute, "idle window (measured as 5 equal slices)")
+	moves      = flag.Int("moves", 100, "node moves for the move latency")
+	rollP      = flag.Int("rollout-parallel", 100, "maxParallelUpgrades of the rollout")
+	rollAll    = flag.Int("rollout-all-max", 1000, "up to this many nodes the rollout covers every node (the other CRs are deleted first, their nodes moving to the default); above it, it rolls the default CR's nodes as they are (a quarter of them): kube-controller-manager recreating thousands of driver pods twice would dominate the run")
+	out        = flag.String("out", "", "write the results as JSON here")
+	keep       = flag.Bool("keep", false, "leave the cluster and controller running")
+	batch      = flag.Int("batch", 500, "nodes created per batch (each batch waits for kwok to make them Ready)")
+	cluster    = flag.String("cluster", "nvdriver-bench", "local cluster name")
+	nodeStatus = flag.Duration("node-status-every", 5*time.Minute, "how often each simulated node posts its status: 5m is a kubelet with node leases (its nodeStatusReportFrequency); 20s is kwok's stage without leases, which earlier runs used")
+	phases     = flag.String("phases", "converge,fleet", "which parts to run: converge (one CR, nodes added while the controller runs) and fleet (20 CRs: first start, plugin, cold starts, idle, moves, rollout)")
 )
 
 // results is what the run measured, in the units the names say.
 type results struct {
-	Nodes   int                `json:"nodes"`
-	CRs     int                `json:"crs"`
-	Machine string             `json:"machine"`
-	Values  map[string]float64 `json:"values"`
-	Notes   []string           `json:"notes"`
+	Nodes   int    `json:"nodes"`
+	CRs     int    `json:"crs"`
+	Machine string `json:"machine"`
+	// NodeStatusEvery is the simulated nodes' status cadence: every node
+	// event the controller receives at rest is one of these.
+	NodeStatusEvery string             `json:"nodeStatusEvery"`
+	Values          map[string]float64 `json:"values"`
+	Notes           []string           `json:"notes"`
 }
 
 var res = results{Values: map[string]float64{}}
@@ -79,6 +83,7 @@ func main() {
 	root = wd
 	res.Nodes = *nodesN
 	res.Machine = machine()
+	res.NodeStatusEvery = nodeStatus.String()
 	if err := bench(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
@@ -142,8 +147,9 @@ func bench() error {
 	// Heartbeat factor 10: kube-controller-manager's node-monitor-grace-period
 	// becomes 400 s, so lagging kwok heartbeats on a busy apiserver do not
 	// flap nodes NotReady and disturb the measurements.
-	logf("cluster %s up (kwokctl --heartbeat-factor 10)", *cluster)
-	if _, err := sh(clusterEnv, "test/cluster/cluster.sh", "up", "--gpu-nodes", "0", "--heartbeat-factor", "10"); err != nil {
+	logf("cluster %s up (kwokctl --heartbeat-factor 10, node status every %v)", *cluster, *nodeStatus)
+	if _, err := sh(clusterEnv, "test/cluster/cluster.sh", "up", "--gpu-nodes", "0", "--heartbeat-factor", "10",
+		"--node-status-every", nodeStatus.String()); err != nil {
 		return err
 	}
 	kc, _ := sh(clusterEnv, "test/cluster/cluster.sh", "kubeconfig")

@@ -12,15 +12,23 @@
 // A node annotated nvdriver.test/not-ready is not made Ready again by kwok:
 // a test sets its Ready condition to False (the node going NotReady) and
 // removes the annotation to bring it back.
+//
+// Nodes post their status as a kubelet with node leases does: every
+// -node-status-every (5m, the kubelet's nodeStatusReportFrequency), their
+// liveness carried by the Lease kwok renews in between. kwok's stage without
+// leases posts it every 20-25 s, ten to fifteen times what a cluster of real
+// kubelets sends a node watcher (docs/design.md, "Simulated heartbeats").
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
-	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat"
+	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat-with-lease"
 	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
 	"sigs.k8s.io/yaml"
 )
@@ -32,6 +40,17 @@ const (
 )
 
 func main() {
+	every := flag.Duration("node-status-every", 5*time.Minute, "how often a Ready node posts its status (kwok adds up to a tenth more at random)")
+	flag.Parse()
+	if *every < time.Second {
+		fmt.Fprintf(os.Stderr, "error: -node-status-every %v: want at least 1s\n", *every)
+		os.Exit(2)
+	}
+	heartbeat, err := withDelay(nodeheartbeat.DefaultNodeHeartbeatWithLease, *every)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
 	ready := map[string]any{}
 	if err := yaml.Unmarshal([]byte(podfast.DefaultPodReady), &ready); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -64,7 +83,7 @@ func main() {
 	}
 	// kwok's node-initialize makes every node that is not Ready Ready, and
 	// its heartbeat renews the conditions: neither touches a not-ready node.
-	docs := []string{notForNotReady(nodefast.DefaultNodeInit), notForNotReady(nodeheartbeat.DefaultNodeHeartbeat), string(readyYAML),
+	docs := []string{notForNotReady(nodefast.DefaultNodeInit), notForNotReady(heartbeat), string(readyYAML),
 		podfast.DefaultPodComplete, podfast.DefaultPodDelete,
 		failStage("image-pull", "Pending", "ImagePullBackOff", `{{ printf "Back-off pulling image %q" .image | Quote }}`, false),
 		failStage("crashloop", "Running", "CrashLoopBackOff", `"back-off 5m0s restarting failed container"`, false),
@@ -91,6 +110,24 @@ func notForNotReady(stage string) string {
 		os.Exit(1)
 	}
 	return out
+}
+
+// withDelay sets a stage's delay to every, plus up to a tenth at random (kwok
+// draws the delay between durationMilliseconds and jitterDurationMilliseconds),
+// so thousands of nodes created together do not post together.
+func withDelay(stage string, every time.Duration) (string, error) {
+	st := map[string]any{}
+	if err := yaml.Unmarshal([]byte(stage), &st); err != nil {
+		return "", err
+	}
+	spec, _ := st["spec"].(map[string]any)
+	if _, ok := spec["delay"].(map[string]any); !ok {
+		return "", fmt.Errorf("kwok's node heartbeat stage changed shape: no spec.delay")
+	}
+	ms := every.Milliseconds()
+	spec["delay"] = map[string]any{"durationMilliseconds": ms, "jitterDurationMilliseconds": ms + ms/10}
+	out, err := yaml.Marshal(st)
+	return string(out), err
 }
 
 // failStage sets a pod's status once, as the kubelet would for that failure.
