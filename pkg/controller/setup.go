@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -117,8 +119,8 @@ func trimRevision(obj any) (any, error) {
 		return obj, nil
 	}
 	return &appsv1.ControllerRevision{TypeMeta: cr.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: cr.Name, Namespace: cr.Namespace, UID: cr.UID, ResourceVersion: cr.ResourceVersion, Labels: cr.Labels,
-		OwnerReferences: cr.OwnerReferences}, Revision: cr.Revision}, nil
+		Name: cr.Name, Namespace: intern(cr.Namespace), UID: cr.UID, ResourceVersion: cr.ResourceVersion, Labels: internLabels(cr.Labels),
+		OwnerReferences: internOwners(cr.OwnerReferences)}, Revision: cr.Revision}, nil
 }
 
 // trimNode drops everything of a Node the controller never reads.
@@ -130,7 +132,7 @@ func trimNode(obj any) (any, error) {
 	out := &corev1.Node{
 		TypeMeta: n.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
-			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels,
+			Name: intern(n.Name), UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: internLabels(n.Labels),
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 		},
 		Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
@@ -163,10 +165,10 @@ func trimPod(obj any) (any, error) {
 	out := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels,
-			OwnerReferences: p.OwnerReferences, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+			Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: internLabels(p.Labels),
+			OwnerReferences: internOwners(p.OwnerReferences), CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Spec:   corev1.PodSpec{NodeName: intern(p.Spec.NodeName)},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
 	}
 	// The one line of the spec kept: the driver's config digest, for a
@@ -189,6 +191,63 @@ func trimPod(obj any) (any, error) {
 	out.Status.InitContainerStatuses = trim(p.Status.InitContainerStatuses)
 	out.Status.ContainerStatuses = trim(p.Status.ContainerStatuses)
 	return out, nil
+}
+
+// intern returns the one shared copy of s. A decoded object holds its own
+// copy of every string, and thousands of cached nodes and driver pods carry
+// the same few dozen label keys and values, namespace and owners, and a
+// node's name three times (its name, its hostname label, its driver pod's
+// node): shared, they are a tenth of the live heap less at 5,000 nodes
+// (docs/design.md, "Node cache"). Not the unique package: it forgets a
+// string once no handle is held, though objects still hold its value, and
+// the next decode would start a second copy.
+func intern(s string) string {
+	if s == "" {
+		return s
+	}
+	interned.Lock()
+	defer interned.Unlock()
+	if c, ok := interned.m[s]; ok {
+		return c
+	}
+	// Bounded: a pool that only grows would keep the names of nodes long
+	// gone. Emptied, it starts again; objects keep the copies they hold.
+	if len(interned.m) >= internMax {
+		clear(interned.m)
+	}
+	interned.m[s] = s
+	return s
+}
+
+// internMax bounds the pool: a 5,000-node cluster interns about 5,300
+// strings (a name per node, the rest shared).
+const internMax = 1 << 15
+
+var interned = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+// internLabels copies a label map with its keys and values interned.
+func internLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[intern(k)] = intern(v)
+	}
+	return out
+}
+
+// internOwners interns the owner references' strings in place: every
+// driver pod of a DaemonSet names the same owner.
+func internOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	for i := range refs {
+		r := &refs[i]
+		r.APIVersion, r.Kind, r.Name, r.UID = intern(r.APIVersion), intern(r.Kind), intern(r.Name), types.UID(intern(string(r.UID)))
+	}
+	return refs
 }
 
 func isOurAnnotation(k string) bool { return slices.Contains(upgrade.NodeAnnotations, k) }

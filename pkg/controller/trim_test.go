@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"testing"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+)
+
+// decoded returns obj as the informer would hand it to the transform: a
+// fresh protobuf decode (the controller's wire format), every string its own
+// copy.
+func decoded[T runtime.Object](t *testing.T, obj T) T {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	codec := serializer.NewCodecFactory(scheme).CodecForVersions(protobuf.NewSerializer(scheme, scheme), protobuf.NewSerializer(scheme, scheme), corev1.SchemeGroupVersion, corev1.SchemeGroupVersion)
+	b, err := runtime.Encode(codec, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runtime.Decode(codec, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.(T)
+}
+
+func sameBytes(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+
+// Two nodes or two driver pods decoded apart keep one copy of the strings
+// they share once trimmed (docs/design.md, "Node cache"), and keep every
+// value the controller reads.
+func TestTrimSharesStrings(t *testing.T) {
+	node := func(name string) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "7", Labels: map[string]string{
+				"feature.node.kubernetes.io/system-os_release.ID": "ubuntu", "nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name},
+				Annotations: map[string]string{"someone.else/note": "dropped"}},
+			Spec:   corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}, {Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	a, err := trimNode(decoded(t, node("gpu-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := trimNode(decoded(t, node("gpu-2")))
+	na, nb := a.(*corev1.Node), b.(*corev1.Node)
+	if got := na.Labels["kubernetes.io/hostname"]; got != "gpu-1" || len(na.Labels) != 3 || !na.Spec.Unschedulable || len(na.Spec.Taints) != 1 ||
+		len(na.Annotations) != 0 || len(na.Status.Conditions) != 1 || na.Status.Conditions[0].Status != corev1.ConditionTrue {
+		t.Fatalf("trimmed node lost or kept the wrong fields: %+v", na)
+	}
+	for k, v := range na.Labels {
+		if k == "kubernetes.io/hostname" {
+			continue
+		}
+		var kb string
+		for k2 := range nb.Labels {
+			if k2 == k {
+				kb = k2
+			}
+		}
+		if !sameBytes(k, kb) || !sameBytes(v, nb.Labels[k]) {
+			t.Errorf("label %s=%s: two copies, want one shared", k, v)
+		}
+	}
+
+	pod := func(name, nodeName string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu-operator", Labels: map[string]string{"app": "nvidia-gpu-driver-ubuntu22.04", "controller-revision-hash": "5f7d"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "nvidia-gpu-driver-ubuntu22.04-abc", UID: "u-1", Controller: ptr.To(true)}}},
+			Spec:   corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "nvidia-driver-ctr", Image: "nvcr.io/nvidia/driver:550"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "nvidia-driver-ctr", RestartCount: 2, Ready: true}}},
+		}
+	}
+	pa, _ := trimPod(decoded(t, pod("p-1", "gpu-1")))
+	pb, _ := trimPod(decoded(t, pod("p-2", "gpu-2")))
+	ppa, ppb := pa.(*corev1.Pod), pb.(*corev1.Pod)
+	ref := metav1.GetControllerOfNoCopy(ppa)
+	if ref == nil || ref.UID != "u-1" || ppa.Spec.NodeName != "gpu-1" || ppa.Status.ContainerStatuses[0].RestartCount != 2 || ppa.Namespace != "gpu-operator" {
+		t.Fatalf("trimmed pod lost what the upgrade machine reads: %+v", ppa)
+	}
+	if !sameBytes(ppa.Namespace, ppb.Namespace) || !sameBytes(ppa.Labels["app"], ppb.Labels["app"]) ||
+		!sameBytes(ppa.OwnerReferences[0].Name, ppb.OwnerReferences[0].Name) || !sameBytes(string(ppa.OwnerReferences[0].UID), string(ppb.OwnerReferences[0].UID)) {
+		t.Error("two driver pods of one DaemonSet keep two copies of their namespace, labels or owner")
+	}
+	// A node and the pod on it share the node's name.
+	if !sameBytes(na.Name, ppa.Spec.NodeName) {
+		t.Error("a driver pod keeps its own copy of its node's name")
+	}
+}
