@@ -131,8 +131,7 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	r.eventOnNewError(d, pd)
 
-	states, owners := snap.nodeLabels()
-	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: states, NodeOwners: owners, Namespace: r.Options.Namespace, Failure: failure, Images: images})
+	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: snap.statesOf(pd), NodeOwners: snap.nodeOwners(), Namespace: r.Options.Namespace, Failure: failure, Images: images})
 	r.eventOnImages(d, st)
 	paced, err := r.writeStatus(ctx, d, st)
 	if errors.Is(err, errStatusConflict) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -158,5 +159,39 @@ func TestNodeMemoForgetsOnlyOnAFullRead(t *testing.T) {
 	m.facts(all[:10], true) // 90 nodes deleted: 100 > 2*10+64
 	if len(m.m) != 10 {
 		t.Fatalf("a full read of 10 nodes left %d facts, want 10", len(m.m))
+	}
+}
+
+// A CR's status counts the states of its own pool nodes, as the snapshot has
+// them, whether it holds a few of the cluster's nodes or most of them.
+func TestStatesOf(t *testing.T) {
+	var nodes []*corev1.Node
+	for i := range 10 {
+		l := map[string]string{}
+		if i%3 != 0 {
+			l[upgrade.LabelState] = fmt.Sprint("state-", i)
+		}
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("n", i), ResourceVersion: "1", Labels: l}})
+	}
+	s := &snapshot{nodes: nodes}
+	pools := func(names ...string) *plan.Driver {
+		return &plan.Driver{Pools: []plan.Pool{{Nodes: names[:len(names)/2]}, {Nodes: names[len(names)/2:]}}}
+	}
+	few := s.statesOf(pools("n1", "n3", "n4"))
+	if want := map[string]string{"n1": "state-1", "n4": "state-4"}; !maps.Equal(few, want) {
+		t.Errorf("a few nodes' states: %v, want %v (n3 has none, no other node counts)", few, want)
+	}
+	var all []string
+	for _, n := range nodes[:8] {
+		all = append(all, n.Name)
+	}
+	most := s.statesOf(pools(all...))
+	for i, n := range all {
+		if want := nodes[i].Labels[upgrade.LabelState]; most[n] != want {
+			t.Errorf("most nodes' states: %s is %q, want %q", n, most[n], want)
+		}
+	}
+	if got := s.statesOf(&plan.Driver{}); len(got) != 0 {
+		t.Errorf("no pools, states %v", got)
 	}
 }
