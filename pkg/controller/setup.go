@@ -538,6 +538,8 @@ func driversTouched(drivers []v1alpha1.NVIDIADriver, o, n map[string]string) []s
 	return out
 }
 
+// onlyOwnerOrStateChanged: the two label sets differ in the owner label or
+// the upgrade state label and nowhere else.
 func onlyOwnerOrStateChanged(o, n map[string]string) bool {
 	for k, v := range n {
 		if k != plan.LabelOwner && k != plan.LabelUpgradeState && o[k] != v {

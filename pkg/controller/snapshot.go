@@ -68,11 +68,12 @@ func (s *snapshot) nodeOwners() map[string]string {
 }
 
 // statesOf are the upgrade states (where set) of one CR's pool nodes, as
-// this snapshot has them (every node's when the CR has most of them): not shared with the plan, whose key leaves the
-// upgrade state out (snapshotKey), so a cached plan's would be older. Only
-// the CR's own nodes: every driver pass wants its CR's, and a map of the
-// whole cluster's per pass was a fifth of the driver controller's CPU
-// while nodes moved at 5,000 nodes and 20 CRs.
+// this snapshot has them (every node's when the CR has most of them). Not
+// shared with the plan, whose key leaves the upgrade state out
+// (snapshotKey), so a cached plan's would be older. Only the CR's own
+// nodes: every driver pass wants its CR's, and a map of the whole
+// cluster's per pass was a fifth of the driver controller's CPU while
+// nodes moved at 5,000 nodes and 20 CRs.
 func (s *snapshot) statesOf(pd *plan.Driver) map[string]string {
 	n := 0
 	for _, pool := range pd.Pools {
