@@ -88,9 +88,20 @@ spec:
 	// pod exists: the version is changed only once every node runs the
 	// first driver, or a pod made after the change would start on the new
 	// one without the machine (and count as done outside the canary).
+	// Ready alone is not enough: it says the DaemonSets are rolled out over
+	// the nodes the DaemonSet controller schedules to, and a node still
+	// tainted not-ready by kube-controller-manager is not one of them yet.
 	eventually(t, 2*time.Minute, "the first driver running on every cw node", func() error {
-		if d := getDriverE2E(t, "canary"); d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
+		d := getDriverE2E(t, "canary")
+		if d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
 			return fmt.Errorf("state %s", d.Status.State)
+		}
+		var desired, available int32
+		for _, p := range d.Status.Pools {
+			desired, available = desired+p.Desired, available+p.Available
+		}
+		if desired != total || available != total {
+			return fmt.Errorf("driver pods desired %d, available %d, want %d", desired, available, total)
 		}
 		return nil
 	})
