@@ -83,22 +83,19 @@ func (s *snapshot) statesOf(pd *plan.Driver) map[string]string {
 	if n == 0 {
 		return out
 	}
-	if n >= len(s.nodes)/2 { // most nodes: a set of them would cost more than it saves
-		for i := range s.nodes {
-			if st := s.fact(i).state; st != "" {
-				out[s.nodes[i].Name] = st
+	// A set of the CR's nodes, unless it has most of them: then the set
+	// would cost more than the states of a few other nodes it keeps out.
+	var mine map[string]struct{}
+	if n < len(s.nodes)/2 {
+		mine = make(map[string]struct{}, n)
+		for _, pool := range pd.Pools {
+			for _, name := range pool.Nodes {
+				mine[name] = struct{}{}
 			}
-		}
-		return out
-	}
-	mine := make(map[string]struct{}, n)
-	for _, pool := range pd.Pools {
-		for _, name := range pool.Nodes {
-			mine[name] = struct{}{}
 		}
 	}
 	for i := range s.nodes {
-		if _, ok := mine[s.nodes[i].Name]; ok {
+		if _, ok := mine[s.nodes[i].Name]; ok || mine == nil {
 			if st := s.fact(i).state; st != "" {
 				out[s.nodes[i].Name] = st
 			}

@@ -106,11 +106,17 @@ func trimPod(obj any) (any, error) {
 // string once no handle is held, though objects still hold its value, and
 // the next decode would start a second copy.
 func intern(s string) string {
+	interned.Lock()
+	defer interned.Unlock()
+	return internLocked(s)
+}
+
+// internLocked is intern with the pool's lock held: a transform takes it
+// once per object, not once per string.
+func internLocked(s string) string {
 	if s == "" {
 		return s
 	}
-	interned.Lock()
-	defer interned.Unlock()
 	if c, ok := interned.m[s]; ok {
 		return c
 	}
@@ -138,8 +144,10 @@ func internLabels(m map[string]string) map[string]string {
 		return nil
 	}
 	out := make(map[string]string, len(m))
+	interned.Lock()
+	defer interned.Unlock()
 	for k, v := range m {
-		out[intern(k)] = intern(v)
+		out[internLocked(k)] = internLocked(v)
 	}
 	return out
 }
@@ -147,9 +155,11 @@ func internLabels(m map[string]string) map[string]string {
 // internOwners interns the owner references' strings in place: every
 // driver pod of a DaemonSet names the same owner.
 func internOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	interned.Lock()
+	defer interned.Unlock()
 	for i := range refs {
 		r := &refs[i]
-		r.APIVersion, r.Kind, r.Name, r.UID = intern(r.APIVersion), intern(r.Kind), intern(r.Name), types.UID(intern(string(r.UID)))
+		r.APIVersion, r.Kind, r.Name, r.UID = internLocked(r.APIVersion), internLocked(r.Kind), internLocked(r.Name), types.UID(internLocked(string(r.UID)))
 	}
 	return refs
 }
