@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
@@ -21,17 +23,32 @@ func patchesOf(name string) int64 {
 	return 0
 }
 
-// A new GPU node is written once: its owner label and upgrade-done in one
-// patch (docs/design.md, "One patch per new node"), and a later pass that
-// finds nothing to change writes it no more.
+// A new GPU node that joins a cluster whose CR selects it is written once:
+// its GPU labels, its owner label and upgrade-done in one patch
+// (docs/design.md, "One patch per new node"), and a later pass that finds
+// nothing to change writes it no more.
 func TestControllerLabelsNewNodeInOnePatch(t *testing.T) {
 	startController(t)
 	ctx := context.Background()
+	// The CR first, and seen by the controller (its finalizer), as on a
+	// cluster whose fleet grows: a node created before its CR gets its GPU
+	// labels at once and its owner later, two patches by design.
+	scenario(t, nil, nvd("op-gold", `{"version": "535.104.12", "nodeSelector": {"op": "1"}}`))
+	eventually(t, "the controller to have seen op-gold", func() error {
+		if d := getDriver(t, "op-gold"); !slices.Contains(d.Finalizers, v1alpha1.Finalizer) {
+			return fmt.Errorf("finalizers %v", d.Finalizers)
+		}
+		return nil
+	})
 	var nodes []*corev1.Node
 	for i := range 3 {
-		nodes = append(nodes, gpuNode(fmt.Sprintf("op-%d", i), "ubuntu", "22.04", "", map[string]string{"op": "1"}))
+		n := gpuNode(fmt.Sprintf("op-%d", i), "ubuntu", "22.04", "", map[string]string{"op": "1"})
+		if err := k8s.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(ctx, n) })
+		nodes = append(nodes, n)
 	}
-	scenario(t, nodes, nvd("op-gold", `{"version": "535.104.12", "nodeSelector": {"op": "1"}}`))
 	for _, n := range nodes {
 		eventually(t, n.Name+" owned and upgrade-done", func() error {
 			got := &corev1.Node{}
