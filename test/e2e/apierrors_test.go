@@ -188,7 +188,7 @@ spec:
   nodeSelector: {apierr: "yes"}
   upgradePolicy: {maxParallelUpgrades: %d, maxUnavailable: "100%%"}
 `, parallel))
-	eventually(t, 2*time.Minute, "the drivers on the ae nodes", func() error { return allNodesIn(t, "api-errors", total, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the drivers on the ae nodes", func() error { return driversRunning(t, "api-errors", total) })
 
 	pluginKC := proxy.kubeconfig(t, "")
 	watch := startStatusWatchWith(t, "api-errors", pluginKC)

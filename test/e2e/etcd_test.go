@@ -9,8 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // etcd SIGKILLed for 4 s and restarted with its own command line under a
@@ -29,7 +27,7 @@ spec:
   nodeSelector: {etcd: "yes"}
   upgradePolicy: {maxParallelUpgrades: 1}
 `)
-	eventually(t, 2*time.Minute, "the drivers on the et nodes", func() error { return allNodesIn(t, "etcd-restart", total, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the drivers on the et nodes", func() error { return driversRunning(t, "etcd-restart", total) })
 	pid := controller.Process.Pid
 	dsBefore := driverDSUIDs(t, "etcd-restart")
 

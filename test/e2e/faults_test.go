@@ -73,7 +73,7 @@ spec:
   # The jobs are bare pods: force lets the upgrade evict them.
   upgradePolicy: {maxParallelUpgrades: %d, maxUnavailable: "100%%", podDeletion: {force: true}}
 `, parallel))
-	eventually(t, 3*time.Minute, "crash on 50 nodes", func() error { return allNodesIn(t, "crash", total, upgrade.StateDone) })
+	eventually(t, 3*time.Minute, "crash on 50 nodes", func() error { return driversRunning(t, "crash", total) })
 
 	// One GPU job per schedulable node, pinned (not rescheduled once evicted).
 	workloadNamespace(t, gpuNS)

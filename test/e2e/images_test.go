@@ -81,7 +81,7 @@ spec:
     maxUnavailable: "100%%"
     podDeletion: {force: true}
 `, reg.Host))
-	eventually(t, 2*time.Minute, "img on 3 nodes", func() error { return allNodesIn(t, "img", 3, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "img on 3 nodes", func() error { return driversRunning(t, "img", 3) })
 	for _, n := range nodes {
 		applyStdin(t, fmt.Sprintf(`apiVersion: v1
 kind: Pod

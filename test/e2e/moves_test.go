@@ -52,7 +52,7 @@ metadata: {name: mv-default}
 spec: {default: true, version: "550.90.07", upgradePolicy: {podDeletion: {force: true}}}
 `) // the GPU job below is a bare pod: force lets the move evict it
 	wantVersion := map[string]string{"mv-b": "550.54.15", "mv-default": "550.90.07"}[to]
-	eventually(t, 90*time.Second, "mv-a on gpu-node-3", func() error { return allNodesIn(t, "mv-a", 1, upgrade.StateDone) })
+	eventually(t, 90*time.Second, "mv-a on gpu-node-3", func() error { return driversRunning(t, "mv-a", 1) })
 	workloadNamespace(t, gpuNS)
 	applyStdin(t, fmt.Sprintf(`apiVersion: v1
 kind: Pod

@@ -35,7 +35,7 @@ spec:
   # failureBudget: the blocked node must not halt the others (the default halts at 1).
   upgradePolicy: {maxParallelUpgrades: %d, maxUnavailable: "100%%", failureBudget: "100%%", podDeletion: {force: true, timeoutSeconds: 20}}
 `, parallel))
-	eventually(t, 2*time.Minute, "the drivers on the pd nodes", func() error { return allNodesIn(t, "pdb", total, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the drivers on the pd nodes", func() error { return driversRunning(t, "pdb", total) })
 
 	var jobs strings.Builder
 	for i, n := range nodes {

@@ -83,7 +83,7 @@ spec:
     maxUnavailable: "100%"
     canary: {nodes: 2}
 `)
-	eventually(t, 2*time.Minute, "the first driver on the cw nodes", func() error { return allNodesIn(t, "canary", total, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the first driver on the cw nodes", func() error { return driversRunning(t, "canary", total) })
 	// A new node is upgrade-done from its first patch, before its driver
 	// pod exists: the version is changed only once every node runs the
 	// first driver, or a pod made after the change would start on the new
@@ -234,7 +234,7 @@ spec:
   upgradePolicy: {maxParallelUpgrades: 1, maxUnavailable: "100%"}
 `)
 	const total = 5
-	eventually(t, 2*time.Minute, "the first driver on the halt nodes", func() error { return allNodesIn(t, "halt", total, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the first driver on the halt nodes", func() error { return driversRunning(t, "halt", total) })
 	eventually(t, 30*time.Second, "revision 1 recorded", func() error {
 		if h := history(t, "halt"); len(h) != 1 || !h[0].Current {
 			return fmt.Errorf("history %+v", h)
@@ -380,7 +380,7 @@ spec:
   nodeSelector: {restartonly: "yes"}
   upgradePolicy: {maxParallelUpgrades: 2, maxUnavailable: "100%"}
 `)
-	eventually(t, 2*time.Minute, "the driver on the ro nodes", func() error { return allNodesIn(t, "restart-only", total, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the driver on the ro nodes", func() error { return driversRunning(t, "restart-only", total) })
 	workloadNamespace(t, gpuNS)
 	var jobs strings.Builder
 	for _, n := range nodes {

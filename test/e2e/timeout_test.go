@@ -46,7 +46,7 @@ spec:
   version: "470.141.10"
   nodeSelector: {timeout: "yes"}
 `)
-	eventually(t, 2*time.Minute, "the driver on to-0", func() error { return allNodesIn(t, "timeout", 1, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "the driver on to-0", func() error { return driversRunning(t, "timeout", 1) })
 	workloadNamespace(t, gpuNS)
 	applyStdin(t, fmt.Sprintf(`apiVersion: v1
 kind: Pod

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,6 +81,39 @@ func allNodesIn(t *testing.T, driver string, want int, states ...string) error {
 	return nil
 }
 
+// driversRunning: every node of the driver is upgrade-done and runs a Ready
+// pod of one of the driver's DaemonSets. A new node is upgrade-done from its
+// first patch, before its DaemonSet or driver pod exists (docs/design.md,
+// "One patch per new node"), so a test that changes the CR after the first
+// install waits for this, not for the state alone: a pod made after the
+// change starts on the new template outside the upgrade machine.
+func driversRunning(t *testing.T, driver string, want int) error {
+	if err := allNodesIn(t, driver, want, upgrade.StateDone); err != nil {
+		return err
+	}
+	mine := map[types.UID]bool{}
+	for _, uid := range driverDSUIDs(t, driver) {
+		mine[uid] = true
+	}
+	pods, err := listDriverPods()
+	if err != nil {
+		return err
+	}
+	running := map[string]bool{}
+	for i := range pods {
+		p := &pods[i]
+		if ref := metav1.GetControllerOf(p); ref != nil && mine[ref.UID] && p.DeletionTimestamp == nil && podReady(p) {
+			running[p.Spec.NodeName] = true
+		}
+	}
+	for _, n := range ownedNodes(t, driver) {
+		if !running[n.Name] {
+			return fmt.Errorf("no Ready driver pod of %s on %s yet", driver, n.Name)
+		}
+	}
+	return nil
+}
+
 func driverDSUIDs(t *testing.T, driver string) map[string]types.UID {
 	t.Helper()
 	list := &appsv1.DaemonSetList{}
@@ -113,7 +147,7 @@ spec:
   upgradePolicy: {maxParallelUpgrades: 2, maxUnavailable: "100%"}
 `)
 	eventually(t, 90*time.Second, "up-roll ready on 6 nodes", func() error {
-		return allNodesIn(t, "up-roll", 6, upgrade.StateDone)
+		return driversRunning(t, "up-roll", 6)
 	})
 	gpuWorkloads(t, nodes)
 	eventually(t, 60*time.Second, "GPU pods running", func() error {
@@ -280,7 +314,7 @@ spec:
   upgradePolicy: {maxParallelUpgrades: 1, maxUnavailable: "100%"}
 `)
 	eventually(t, 90*time.Second, "up-flaky ready", func() error {
-		return allNodesIn(t, "up-flaky", 3, upgrade.StateDone)
+		return driversRunning(t, "up-flaky", 3)
 	})
 	// The new version's pods never become Ready on gpu-node-flaky (kwok stage).
 	kubectl(t, "patch", "nvidiadriver/up-flaky", "--type=merge", `-p={"spec":{"version":"550.90.07","annotations":{"nvdriver.test/fail":"flaky-node"}}}`)
@@ -351,7 +385,7 @@ spec:
   nodeSelector: {rs: "yes"}
   upgradePolicy: {maxParallelUpgrades: 3, maxUnavailable: "100%"}
 `)
-	eventually(t, 2*time.Minute, "rs on 20 nodes", func() error { return allNodesIn(t, "rs", 20, upgrade.StateDone) })
+	eventually(t, 2*time.Minute, "rs on 20 nodes", func() error { return driversRunning(t, "rs", 20) })
 
 	var mu sync.Mutex
 	maxRank := map[string]int{}
@@ -456,7 +490,7 @@ spec:
   upgradePolicy: {autoUpgrade: false}
 `)
 	eventually(t, 90*time.Second, "up-manual ready", func() error {
-		return allNodesIn(t, "up-manual", 2, upgrade.StateDone)
+		return driversRunning(t, "up-manual", 2)
 	})
 	code, out, errOut := nvdriver(t, "upgrade", "up-manual", "--to", "550.90.07", "--wait", "--timeout", "2m")
 	if code != 0 || !strings.Contains(errOut, "nodes will not roll until requested: kubectl nvdriver upgrade up-manual --nodes") ||
