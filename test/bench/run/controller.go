@@ -50,6 +50,9 @@ func startController(kubeconfig, tag string, extra ...string) (*controllerProc, 
 	// As the Helm chart runs it: its default memory limit (SPEC §6), from
 	// which the controller sets its soft limit.
 	p.cmd.Env = append(os.Environ(), memlimit.EnvContainerLimit+"="+chartMemoryLimit)
+	if *maxProcs > 0 {
+		p.cmd.Env = append(p.cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", *maxProcs))
+	}
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
