@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,8 +26,21 @@ type snapshot struct {
 	// fills them; nil in a snapshot made by hand: fact works them out).
 	facts []*nodeFact
 
-	// owners is nodeOwners' answer, shared read-only with the plan cache.
-	owners map[string]string
+	// shared is what the plan cache keeps beside the plan of this
+	// snapshot's key, for every snapshot with that key (nil in a snapshot
+	// made by hand).
+	shared *planShared
+	owners map[string]string // nodeOwners' answer (from shared when there is one)
+}
+
+// planShared is what every snapshot with one plan key reads alike, worked
+// out once per key rather than once per pass: the nodes' owners (the owner
+// label is in the key) and their platforms (so are the OS and architecture
+// labels). Read only once made.
+type planShared struct {
+	owners    map[string]string
+	platOnce  sync.Once
+	platforms map[string]string
 }
 
 // takeSnapshot reads the nodes straight from the informer's store (reads),
@@ -105,21 +119,36 @@ func (s *snapshot) statesOf(pd *plan.Driver) map[string]string {
 }
 
 // platformOf gives a node's "os/arch" for the image check, indexing the
-// nodes on the first call only (most reconciles check nothing).
+// nodes on the first call only (most reconciles check nothing), and once
+// per plan key where the plan cache shares one: while a fleet comes up
+// every pass checks its CR's unsettled pools, and an index of 5,000 nodes
+// per pass was a sixth of the driver controller's CPU.
 func (s *snapshot) platformOf() func(node string) string {
 	var byName map[string]string
 	return func(node string) string {
 		if byName == nil {
-			byName = make(map[string]string, len(s.nodes))
-			for i := range s.nodes {
-				byName[s.nodes[i].Name] = s.fact(i).platform
-			}
+			byName = s.platforms()
 		}
 		if p, ok := byName[node]; ok {
 			return p
 		}
 		return imagecheck.Platform(nil)
 	}
+}
+
+func (s *snapshot) platforms() map[string]string {
+	build := func() map[string]string {
+		out := make(map[string]string, len(s.nodes))
+		for i := range s.nodes {
+			out[s.nodes[i].Name] = s.fact(i).platform
+		}
+		return out
+	}
+	if s.shared == nil {
+		return build()
+	}
+	s.shared.platOnce.Do(func() { s.shared.platforms = build() })
+	return s.shared.platforms
 }
 
 func (s *snapshot) planNodes() []plan.Node {
@@ -136,7 +165,7 @@ func (s *snapshot) planNodes() []plan.Node {
 // of the controller's CPU at 5,000 nodes (docs/design.md, "Node facts").
 // Shared and read-only once made.
 type nodeFact struct {
-	resourceVersion string
+	name, resourceVersion string
 	// the node's share of the plan cache's key from the labels the plan
 	// reads by itself (snapshotKey); the labels the CRs select by are
 	// added per pass (sel)
@@ -158,7 +187,7 @@ type nodeFact struct {
 
 func factOf(n *corev1.Node) *nodeFact {
 	f := &nodeFact{
-		resourceVersion: n.ResourceVersion, key: nodeKey(n),
+		name: n.Name, resourceVersion: n.ResourceVersion, key: nodeKey(n),
 		plan: plan.FactsOf(n.Labels), platform: imagecheck.Platform(n.Labels), gpuLabels: plan.GPULabels(n.Labels),
 		skip: n.Labels[upgrade.LabelSkip] == "true", ready: nodeReady(n),
 	}
@@ -181,17 +210,26 @@ type planCache struct {
 	key   uint64
 	valid bool
 	plan  plan.Plan
-	// the owners of nodeLabels of the plan's snapshot (the owner label is
-	// in the key; the upgrade state is not, so states are never shared)
-	owners map[string]string
+	// what the plan's snapshots share (the upgrade state is not in the
+	// key, so states are never shared)
+	shared *planShared
 }
 
-// nodeMemo remembers each node's facts by resourceVersion: between two
-// passes only the nodes that changed have a new one. One is shared by every
-// reconciler (cachedReads).
+// nodeMemo remembers each node's facts: between two passes only the nodes
+// that changed have a new one. One is shared by every reconciler
+// (cachedReads).
+//
+// Keyed by the address of the cached node object, not its name: the
+// informer stores a new object for every version of a node and never
+// changes one, and a pass looks up every node, so the key is the one thing
+// it can hash without reading the node (hashing 5,000 names per pass, each a
+// cache miss, was a tenth of the controller's CPU while a fleet came up).
+// An address, not a pointer, so that the memo keeps no node alive; a fact
+// is used only when its name and resourceVersion are the node's, which
+// also makes an address the allocator reused for another node a miss.
 type nodeMemo struct {
 	mu sync.Mutex
-	m  map[string]*nodeFact
+	m  map[uintptr]*nodeFact
 }
 
 // facts are the nodes' facts, in their order; a nil memo works them out
@@ -212,15 +250,24 @@ func (m *nodeMemo) facts(nodes []*corev1.Node, all bool) []*nodeFact {
 
 func (m *nodeMemo) factsLocked(nodes []*corev1.Node, all bool) []*nodeFact {
 	out := make([]*nodeFact, len(nodes))
-	if m.m == nil || (all && len(m.m) > 2*len(nodes)+64) {
-		m.m = make(map[string]*nodeFact, len(nodes))
+	// Every version of a node leaves an entry behind: a full read that
+	// finds a quarter more entries than nodes keeps only the nodes' own.
+	var prev map[uintptr]*nodeFact
+	if m.m == nil || (all && len(m.m) > len(nodes)+len(nodes)/4+64) {
+		prev, m.m = m.m, make(map[uintptr]*nodeFact, len(nodes))
 	}
 	for i, n := range nodes {
-		f, ok := m.m[n.Name]
-		if !ok || f.resourceVersion != n.ResourceVersion || n.ResourceVersion == "" {
+		at := uintptr(unsafe.Pointer(n))
+		f, ok := m.m[at]
+		if !ok && prev != nil {
+			if f, ok = prev[at]; ok {
+				m.m[at] = f
+			}
+		}
+		if !ok || f.resourceVersion != n.ResourceVersion || f.name != n.Name || n.ResourceVersion == "" {
 			f = factOf(n)
 			if n.ResourceVersion != "" {
-				m.m[n.Name] = f
+				m.m[at] = f
 			}
 		}
 		out[i] = f
@@ -229,11 +276,13 @@ func (m *nodeMemo) factsLocked(nodes []*corev1.Node, all bool) []*nodeFact {
 }
 
 // nodeKey hashes the node's name and the labels the plan reads by itself,
-// less the upgrade state (a CR that selects by it brings it in through sel).
+// less the upgrade state (a CR that selects by it brings it in through sel),
+// and its OS and architecture labels, the image check's platform (shared per
+// key: planShared).
 func nodeKey(n *corev1.Node) uint64 {
 	var labels uint64
 	for k, v := range n.Labels {
-		if k == plan.LabelUpgradeState || !isPlanLabel(k) {
+		if k == plan.LabelUpgradeState || !isPlanLabel(k) && k != corev1.LabelOSStable && k != corev1.LabelArchStable {
 			continue
 		}
 		labels += mix(hashString(hashString(fnvOffset, k)^1, v))
@@ -348,7 +397,7 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	c.mu.Lock()
 	if c.valid && c.key == key {
 		p := c.plan
-		snap.owners = c.owners
+		snap.shared, snap.owners = c.shared, c.shared.owners
 		c.mu.Unlock()
 		planComputes.WithLabelValues("hit").Inc()
 		return snap, p, nil
@@ -356,10 +405,10 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	c.mu.Unlock()
 	planComputes.WithLabelValues("miss").Inc()
 	p := plan.Compute(snap.planNodes(), snap.drivers)
-	owners := snap.nodeOwners()
+	snap.shared = &planShared{owners: snap.nodeOwners()}
 	c.mu.Lock()
 	c.key, c.plan, c.valid = key, p, true
-	c.owners = owners
+	c.shared = snap.shared
 	c.mu.Unlock()
 	return snap, p, nil
 }

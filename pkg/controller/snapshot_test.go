@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,7 +111,7 @@ func TestSnapshotKeyRemembered(t *testing.T) {
 	if got, want := snapshotKeyWith(s, hashes), snapshotKey(s); got != want {
 		t.Fatalf("after a label change with a new resourceVersion: remembered key %x, fresh %x", got, want)
 	}
-	if e := hashes.m["a"]; e.resourceVersion != "2" || e.plan.Owner != "silver" || e.state != "upgrade-required" {
+	if e := hashes.m[uintptr(unsafe.Pointer(s.nodes[0]))]; e.resourceVersion != "2" || e.plan.Owner != "silver" || e.state != "upgrade-required" {
 		t.Errorf("node a remembered at resourceVersion %q with owner %q and state %q, want 2, silver, upgrade-required",
 			e.resourceVersion, e.plan.Owner, e.state)
 	}
@@ -156,9 +157,52 @@ func TestNodeMemoForgetsOnlyOnAFullRead(t *testing.T) {
 	if len(m.m) != 100 {
 		t.Fatalf("a partial read left %d facts, want 100", len(m.m))
 	}
-	m.facts(all[:10], true) // 90 nodes deleted: 100 > 2*10+64
+	m.facts(all[:10], true) // 90 nodes deleted: 100 > 10+10/4+64
 	if len(m.m) != 10 {
 		t.Fatalf("a full read of 10 nodes left %d facts, want 10", len(m.m))
+	}
+}
+
+// The informer stores a new object for each version of a node: the memo
+// knows a node's facts by its object, works out a new object's afresh,
+// and drops the entries of replaced objects on a full read.
+func TestNodeMemoFollowsTheObjects(t *testing.T) {
+	var nodes []*corev1.Node
+	for i := range 400 {
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i), ResourceVersion: "1",
+			Labels: map[string]string{plan.LabelOwner: "gold"}}})
+	}
+	m := &nodeMemo{}
+	first := m.facts(nodes, true)
+	if again := m.facts(nodes, true); again[3] != first[3] {
+		t.Error("the same object's facts were worked out again")
+	}
+	// Every node gets a new version, as a new object.
+	for round := 2; round <= 4; round++ {
+		for i, n := range nodes {
+			c := n.DeepCopy()
+			c.ResourceVersion = fmt.Sprint(round)
+			c.Labels[plan.LabelOwner] = fmt.Sprint("owner-", round)
+			nodes[i] = c
+		}
+		got := m.facts(nodes, true)
+		if f := got[3]; f == first[3] || f.plan.Owner != fmt.Sprint("owner-", round) || f.resourceVersion != fmt.Sprint(round) {
+			t.Fatalf("round %d: n3's facts %+v, want those of its new object", round, f)
+		}
+		if max := len(nodes) + len(nodes)/4 + 64 + len(nodes); len(m.m) > max {
+			t.Fatalf("round %d: %d entries for %d nodes, more than %d: replaced objects are not dropped", round, len(m.m), len(nodes), max)
+		}
+	}
+	m.facts(nodes, true)
+	if len(m.m) > len(nodes)+len(nodes)/4+64 {
+		t.Errorf("%d entries for %d nodes after a full read", len(m.m), len(nodes))
+	}
+	// A node object changed in place (as tests build them, never the
+	// cache) with a new resourceVersion is worked out again too.
+	nodes[0].ResourceVersion = "9"
+	nodes[0].Labels[plan.LabelOwner] = "silver"
+	if f := m.facts(nodes[:1], false)[0]; f.plan.Owner != "silver" {
+		t.Errorf("a new resourceVersion in the same object: owner %q, want silver", f.plan.Owner)
 	}
 }
 

@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvdriver/nvdriver/pkg/plan/plantest"
+)
+
+// benchSnapshot is a fleet as the cache holds it: every node its own
+// object, most unchanged since the last pass.
+func benchSnapshot(n int) *snapshot {
+	nodes, drivers := plantest.Fleet(n)
+	s := &snapshot{}
+	for i, pn := range nodes {
+		labels := map[string]string{corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux"}
+		for k, v := range pn.Labels {
+			labels[k] = v
+		}
+		s.nodes = append(s.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: pn.Name, ResourceVersion: fmt.Sprint(1000 + i), Labels: labels}})
+	}
+	for _, d := range drivers {
+		s.drivers = append(s.drivers, *d.DeepCopy())
+	}
+	return s
+}
+
+// go test -run '^$' -bench Pass -benchmem ./pkg/controller: the per-pass
+// work on the whole cluster that a driver pass repeats while nothing
+// changed: the plan key over the remembered node facts, and the image
+// check's node platforms (shared per key where the plan cache gives one).
+func BenchmarkPassReads(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		s := benchSnapshot(n)
+		memo := &nodeMemo{}
+		snapshotKeyWith(s, memo)
+		b.Run(fmt.Sprintf("key/nodes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				snap := &snapshot{nodes: s.nodes, drivers: s.drivers}
+				snapshotKeyWith(snap, memo)
+			}
+		})
+		shared := &planShared{}
+		facts := memo.facts(s.nodes, true) // as the key left them
+		b.Run(fmt.Sprintf("platforms/nodes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				snap := &snapshot{nodes: s.nodes, drivers: s.drivers, facts: facts, shared: shared}
+				if p := snap.platformOf()(s.nodes[0].Name); p != "linux/amd64" {
+					b.Fatalf("platform %q", p)
+				}
+			}
+		})
+	}
+}
