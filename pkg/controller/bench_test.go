@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/plan/plantest"
 )
 
@@ -52,6 +54,41 @@ func BenchmarkPassReads(b *testing.B) {
 				snap := &snapshot{nodes: s.nodes, drivers: s.drivers, facts: facts, shared: shared}
 				if p := snap.platformOf()(s.nodes[0].Name); p != "linux/amd64" {
 					b.Fatalf("platform %q", p)
+				}
+			}
+		})
+	}
+}
+
+// go test -run '^$' -bench StatusCounts -benchmem ./pkg/controller: a
+// driver pass's status of one CR holding every node (a fleet coming up),
+// its plan a cache hit.
+func BenchmarkStatusCounts(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		s := benchSnapshot(n)
+		d := v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "all", UID: "uid-all"}}
+		d.Spec.Version = "535.104.12"
+		s.drivers = []v1alpha1.NVIDIADriver{d}
+		for i, node := range s.nodes {
+			c := node.DeepCopy()
+			c.Labels[plan.LabelOwner], c.Labels[plan.LabelUpgradeState] = d.Name, plan.UpgradeDone
+			s.nodes[i] = c
+		}
+		snapshotKeyWith(s, &nodeMemo{})
+		p := plan.Compute(s.planNodes(), s.drivers)
+		pd := p.DriverByName(d.Name)
+		shared := &planShared{owners: s.nodeOwners()}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				snap := &snapshot{nodes: s.nodes, drivers: s.drivers, facts: s.facts, shared: shared, owners: shared.owners}
+				st := computeStatus(statusInput{Driver: &d, Plan: pd, Nodes: snap.poolNodesOf(pd, d.Name)})
+				done := int32(0)
+				for _, p := range st.Pools {
+					done += p.Upgrade[plan.UpgradeDone]
+				}
+				if done != int32(n) {
+					b.Fatalf("%d nodes upgrade-done, want %d", done, n)
 				}
 			}
 		})

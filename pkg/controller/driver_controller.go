@@ -131,7 +131,7 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	r.eventOnNewError(d, pd)
 
-	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, NodeStates: snap.statesOf(pd), NodeOwners: snap.nodeOwners(), Namespace: r.Options.Namespace, Failure: failure, Images: images})
+	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: owned, Nodes: snap.poolNodesOf(pd, d.Name), Namespace: r.Options.Namespace, Failure: failure, Images: images})
 	r.eventOnImages(d, st)
 	paced, err := r.writeStatus(ctx, d, st)
 	if errors.Is(err, errStatusConflict) {

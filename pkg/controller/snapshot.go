@@ -36,11 +36,14 @@ type snapshot struct {
 // planShared is what every snapshot with one plan key reads alike, worked
 // out once per key rather than once per pass: the nodes' owners (the owner
 // label is in the key) and their platforms (so are the OS and architecture
-// labels). Read only once made.
+// labels), their platforms, and each CR's pool nodes. Read only once made.
 type planShared struct {
 	owners    map[string]string
 	platOnce  sync.Once
 	platforms map[string]string
+
+	mu      sync.Mutex
+	members map[string]*members // by CR name
 }
 
 // takeSnapshot reads the nodes straight from the informer's store (reads),
@@ -81,41 +84,85 @@ func (s *snapshot) nodeOwners() map[string]string {
 	return s.owners
 }
 
-// statesOf are the upgrade states (where set) of one CR's pool nodes, as
-// this snapshot has them (every node's when the CR has most of them). Not
-// shared with the plan, whose key leaves the upgrade state out
-// (snapshotKey), so a cached plan's would be older. Only the CR's own
-// nodes: every driver pass wants its CR's, and a map of the whole
-// cluster's per pass was a fifth of the driver controller's CPU while
-// nodes moved at 5,000 nodes and 20 CRs.
-func (s *snapshot) statesOf(pd *plan.Driver) map[string]string {
-	n := 0
-	for _, pool := range pd.Pools {
-		n += len(pool.Nodes)
+// poolNodes is what a CR's status reads of one pool's nodes.
+type poolNodes struct {
+	states  map[string]int32 // the nodes with an upgrade state, by state
+	pending int              // the nodes not yet labelled for the CR
+}
+
+// poolNodesOf is, per pool of the CR's plan pd, its nodes' upgrade states
+// as this snapshot has them (the key leaves the state out, so states are
+// never shared) and how many are not yet the CR's (that is in the key).
+// One look-up per node with a state, in a set of the CR's nodes made once
+// per key: a map of every node's state per pass, then two look-ups per
+// pool node, were a quarter of the driver controller's CPU while 5,000
+// nodes came up.
+func (s *snapshot) poolNodesOf(pd *plan.Driver, driver string) []poolNodes {
+	if len(pd.Pools) == 0 {
+		return nil
 	}
-	out := make(map[string]string, n)
-	if n == 0 {
-		return out
-	}
-	// A set of the CR's nodes, unless it has most of them: then the set
-	// would cost more than the states of a few other nodes it keeps out.
-	var mine map[string]struct{}
-	if n < len(s.nodes)/2 {
-		mine = make(map[string]struct{}, n)
-		for _, pool := range pd.Pools {
-			for _, name := range pool.Nodes {
-				mine[name] = struct{}{}
-			}
-		}
+	m := s.membersOf(pd, driver)
+	out := make([]poolNodes, len(pd.Pools))
+	for i := range out {
+		out[i].pending = m.pending[i]
 	}
 	for i := range s.nodes {
-		if _, ok := mine[s.nodes[i].Name]; ok || mine == nil {
-			if st := s.fact(i).state; st != "" {
-				out[s.nodes[i].Name] = st
+		f := s.fact(i)
+		if f.state == "" {
+			continue
+		}
+		if p, ok := m.pool[s.nodes[i].Name]; ok {
+			if out[p].states == nil {
+				out[p].states = map[string]int32{}
 			}
+			out[p].states[f.state]++
 		}
 	}
 	return out
+}
+
+// members are a CR's pool nodes as one plan key has them.
+type members struct {
+	pool    map[string]int32 // node -> index of its pool
+	pending []int            // per pool: nodes whose owner label is not the CR
+}
+
+func (s *snapshot) membersOf(pd *plan.Driver, driver string) *members {
+	build := func() *members {
+		owners := s.nodeOwners()
+		m := &members{pending: make([]int, len(pd.Pools))}
+		n := 0
+		for _, pool := range pd.Pools {
+			n += len(pool.Nodes)
+		}
+		m.pool = make(map[string]int32, n)
+		for p, pool := range pd.Pools {
+			for _, name := range pool.Nodes {
+				m.pool[name] = int32(p)
+				if owners[name] != driver {
+					m.pending[p]++
+				}
+			}
+		}
+		return m
+	}
+	if s.shared == nil {
+		return build()
+	}
+	s.shared.mu.Lock()
+	m, ok := s.shared.members[driver]
+	s.shared.mu.Unlock()
+	if ok {
+		return m
+	}
+	m = build()
+	s.shared.mu.Lock()
+	if s.shared.members == nil {
+		s.shared.members = map[string]*members{}
+	}
+	s.shared.members[driver] = m
+	s.shared.mu.Unlock()
+	return m
 }
 
 // platformOf gives a node's "os/arch" for the image check, indexing the

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"unsafe"
@@ -206,36 +207,53 @@ func TestNodeMemoFollowsTheObjects(t *testing.T) {
 	}
 }
 
-// A CR's status counts the states of its own pool nodes, as the snapshot has
-// them, whether it holds a few of the cluster's nodes or most of them.
-func TestStatesOf(t *testing.T) {
+// A CR's status counts the states of its own pool nodes, per pool, as the
+// snapshot has them, and the pool nodes not yet labelled for it, whether it
+// holds a few of the cluster's nodes or most of them; the CR's nodes are
+// worked out once per plan key.
+func TestPoolNodesOf(t *testing.T) {
 	var nodes []*corev1.Node
 	for i := range 10 {
-		l := map[string]string{}
+		l := map[string]string{plan.LabelOwner: "gold"}
 		if i%3 != 0 {
-			l[upgrade.LabelState] = fmt.Sprint("state-", i)
+			l[upgrade.LabelState] = fmt.Sprint("state-", i%2)
+		}
+		if i == 4 {
+			l[plan.LabelOwner] = "silver" // on its way in
 		}
 		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("n", i), ResourceVersion: "1", Labels: l}})
 	}
-	s := &snapshot{nodes: nodes}
+	shared := &planShared{}
+	s := &snapshot{nodes: nodes, shared: shared}
 	pools := func(names ...string) *plan.Driver {
 		return &plan.Driver{Pools: []plan.Pool{{Nodes: names[:len(names)/2]}, {Nodes: names[len(names)/2:]}}}
 	}
-	few := s.statesOf(pools("n1", "n3", "n4"))
-	if want := map[string]string{"n1": "state-1", "n4": "state-4"}; !maps.Equal(few, want) {
-		t.Errorf("a few nodes' states: %v, want %v (n3 has none, no other node counts)", few, want)
+	few := s.poolNodesOf(pools("n1", "n3", "n4", "n5"), "gold")
+	want := []poolNodes{{states: map[string]int32{"state-1": 1}}, {states: map[string]int32{"state-0": 1, "state-1": 1}, pending: 1}}
+	if !reflect.DeepEqual(few, want) {
+		t.Errorf("a few nodes: %+v, want %+v (n3 has no state, n4 is silver's, no other node counts)", few, want)
 	}
 	var all []string
 	for _, n := range nodes[:8] {
 		all = append(all, n.Name)
 	}
-	most := s.statesOf(pools(all...))
-	for i, n := range all {
-		if want := nodes[i].Labels[upgrade.LabelState]; most[n] != want {
-			t.Errorf("most nodes' states: %s is %q, want %q", n, most[n], want)
-		}
+	most := s.poolNodesOf(pools(all...), "bronze")
+	want = []poolNodes{{states: map[string]int32{"state-0": 1, "state-1": 1}, pending: 4}, {states: map[string]int32{"state-0": 1, "state-1": 2}, pending: 4}}
+	if !reflect.DeepEqual(most, want) {
+		t.Errorf("most nodes: %+v, want %+v", most, want)
 	}
-	if got := s.statesOf(&plan.Driver{}); len(got) != 0 {
-		t.Errorf("no pools, states %v", got)
+	if got := s.poolNodesOf(&plan.Driver{}, "gold"); len(got) != 0 {
+		t.Errorf("no pools: %+v", got)
+	}
+	// A later snapshot of the same key reads the CR's nodes from the
+	// first, its states afresh.
+	if shared.members["gold"] == nil || shared.members["bronze"] == nil {
+		t.Fatalf("the CRs' nodes not kept for the key: %v", shared.members)
+	}
+	nodes[1] = nodes[1].DeepCopy()
+	nodes[1].Labels[upgrade.LabelState] = "state-9"
+	later := (&snapshot{nodes: nodes, shared: shared}).poolNodesOf(pools("n1", "n3", "n4", "n5"), "gold")
+	if got := later[0].states; !maps.Equal(got, map[string]int32{"state-9": 1}) {
+		t.Errorf("a later snapshot's states: %v, want n1's new state", got)
 	}
 }

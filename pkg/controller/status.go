@@ -32,12 +32,12 @@ type statusInput struct {
 	Driver     *v1alpha1.NVIDIADriver
 	Plan       *plan.Driver
 	DaemonSets map[string]*appsv1.DaemonSet // by name; nil entry = not created yet
-	NodeStates map[string]string            // node -> upgrade-state label
-	// NodeOwners are the nodes' current owner labels; a pool node not yet
-	// labelled for this driver is still on its way in (nil: not checked).
-	NodeOwners map[string]string
-	Namespace  string
-	Failure    error // an error reconciling (API failure)
+	// Nodes are what the status reads of each pool's nodes, in the
+	// order of Plan.Pools (snapshot.poolNodesOf; nil: no states, and no
+	// node on its way in).
+	Nodes     []poolNodes
+	Namespace string
+	Failure   error // an error reconciling (API failure)
 	// Images is the registry check of the pools being rolled out (nil: off).
 	Images *imageVerdict
 }
@@ -54,8 +54,12 @@ func computeStatus(in statusInput) v1alpha1.NVIDIADriverStatus {
 	}
 	pd := in.Plan
 	var prog progressCounts
-	for _, pool := range pd.Pools {
-		st.Pools = append(st.Pools, poolStatus(in, pool, &prog))
+	for i, pool := range pd.Pools {
+		var nodes poolNodes
+		if i < len(in.Nodes) {
+			nodes = in.Nodes[i]
+		}
+		st.Pools = append(st.Pools, poolStatus(in, pool, nodes, &prog))
 	}
 	setConditions(&st, pd, in.Failure, prog)
 	setImageCondition(&st, in.Images, &prog)
@@ -79,7 +83,7 @@ type progressCounts struct {
 }
 
 // poolStatus is one pool's status from its DaemonSet and its nodes' states.
-func poolStatus(in statusInput, pool plan.Pool, prog *progressCounts) v1alpha1.PoolStatus {
+func poolStatus(in statusInput, pool plan.Pool, nodes poolNodes, prog *progressCounts) v1alpha1.PoolStatus {
 	ps := v1alpha1.PoolStatus{OSTag: pool.OSTag, Kernel: pool.Kernel, DaemonSet: pool.DaemonSet, Image: pool.Image,
 		Nodes: int32(len(pool.Nodes))}
 	ds := in.DaemonSets[pool.DaemonSet]
@@ -87,21 +91,11 @@ func poolStatus(in statusInput, pool plan.Pool, prog *progressCounts) v1alpha1.P
 		s := ds.Status
 		ps.Desired, ps.Ready, ps.Updated, ps.Available = s.DesiredNumberScheduled, s.NumberReady, s.UpdatedNumberScheduled, s.NumberAvailable
 	}
-	pending := 0
-	for _, n := range pool.Nodes {
-		if in.NodeOwners != nil && in.NodeOwners[n] != in.Driver.Name {
-			pending++
-		}
+	if nodes.pending > 0 {
+		prog.notReady = append(prog.notReady, fmt.Sprintf("%s: %d node(s) not yet handed to this driver", pool.DaemonSet, nodes.pending))
 	}
-	if pending > 0 {
-		prog.notReady = append(prog.notReady, fmt.Sprintf("%s: %d node(s) not yet handed to this driver", pool.DaemonSet, pending))
-	}
-	states := make([]string, len(pool.Nodes))
-	for i, n := range pool.Nodes {
-		states[i] = in.NodeStates[n]
-	}
-	prog.total += len(states)
-	if counts := plan.UpgradeCounts(states); len(counts) > 0 {
+	prog.total += len(pool.Nodes)
+	if counts := nodes.states; len(counts) > 0 {
 		ps.Upgrade = counts
 		for state, n := range counts {
 			if state != plan.UpgradeDone {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -49,7 +50,7 @@ func TestComputeStatus(t *testing.T) {
 			d := &v1alpha1.NVIDIADriver{}
 			d.Generation = 4
 			pd := tc.plan
-			st := computeStatus(statusInput{Driver: d, Plan: &pd, DaemonSets: tc.dss, NodeStates: tc.states, Failure: tc.failure})
+			st := computeStatus(statusInput{Driver: d, Plan: &pd, DaemonSets: tc.dss, Nodes: nodesFor(&pd, d.Name, tc.states, nil), Failure: tc.failure})
 			if st.State != tc.wantState || st.ObservedGeneration != 4 {
 				t.Errorf("state %q observedGeneration %d, want %q 4", st.State, st.ObservedGeneration, tc.wantState)
 			}
@@ -72,8 +73,9 @@ func TestPoolNodeNotYetLabelledIsNotReady(t *testing.T) {
 	pool := plan.Pool{OSTag: "ubuntu22.04", DaemonSet: "ds", Nodes: []string{"a", "b"}}
 	d := &v1alpha1.NVIDIADriver{}
 	d.Name = "gold"
-	st := computeStatus(statusInput{Driver: d, Plan: &plan.Driver{Pools: []plan.Pool{pool}}, DaemonSets: map[string]*appsv1.DaemonSet{"ds": ds(1, 1, 1, 1, 1)},
-		NodeOwners: map[string]string{"a": "gold", "b": "silver"}})
+	pd := &plan.Driver{Pools: []plan.Pool{pool}}
+	st := computeStatus(statusInput{Driver: d, Plan: pd, DaemonSets: map[string]*appsv1.DaemonSet{"ds": ds(1, 1, 1, 1, 1)},
+		Nodes: nodesFor(pd, d.Name, nil, map[string]string{"a": "gold", "b": "silver"})})
 	if st.State != v1alpha1.NotReady {
 		t.Errorf("state %q with a node still owned by another driver", st.State)
 	}
@@ -100,4 +102,28 @@ func metaEqual(a, b v1alpha1.NVIDIADriverStatus) bool {
 		}
 	}
 	return true
+}
+
+// nodesFor is what the driver pass hands computeStatus for nodes with
+// these labels: upgrade states and owners by node name (nil owners: every
+// pool node is already the driver's).
+func nodesFor(pd *plan.Driver, driver string, states, owners map[string]string) []poolNodes {
+	s := &snapshot{}
+	for _, pool := range pd.Pools {
+		for _, n := range pool.Nodes {
+			l := map[string]string{}
+			if st, ok := states[n]; ok {
+				l[plan.LabelUpgradeState] = st
+			}
+			owner := driver
+			if owners != nil {
+				owner = owners[n]
+			}
+			if owner != "" {
+				l[plan.LabelOwner] = owner
+			}
+			s.nodes = append(s.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, ResourceVersion: "1", Labels: l}})
+		}
+	}
+	return s.poolNodesOf(pd, driver)
 }
