@@ -90,8 +90,8 @@ test-faults: ## the full fault suite: exactly 25 controller kills during a 50-no
 	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl helm >/dev/null
 	NVDRIVER_FAULT_SUITE=full NVDRIVER_FAULT_KILLS=25 $(GO) test -count=1 -timeout 60m -v -run 'TestCrashResume|TestAPIServerRestart|TestLeaderElectionFailover|TestEtcdRestartMidRollout|TestControllerPartition|TestAPIErrorsDuringRollout|TestPDBThatNeverAllowsEviction|TestNodeNotReadyMidUpgrade|TestStepTimeoutSurvivesARestart|TestStatusWatchSaysWhenItLosesTheAPIServer|TestWebhookRefusesAnOverlappingApply|TestWebhookCertificateRotation' ./test/e2e/...
 
-bench-micro: ## Go micro-benchmarks: plan.Compute and render at 100-5,000 nodes x 20 CRs, with allocations
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/plan ./pkg/render
+bench-micro: ## Go micro-benchmarks: plan.Compute, render and a driver pass's reads at 100-5,000 nodes, with allocations
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/plan ./pkg/render ./pkg/controller
 
 bench: bench-micro ## micro-benchmarks + the 1,000-node cluster benchmark (BENCH_NODES=N for others; ~15 min)
 	test/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl >/dev/null

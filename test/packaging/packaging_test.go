@@ -189,6 +189,18 @@ func TestHelmChart(t *testing.T) {
 	if !memLimit || c.Resources.Limits.Memory().String() != "256Mi" {
 		t.Errorf("the controller gets %s from its own limits.memory: %v; limit %s, want 256Mi (SPEC §6)", memlimit.EnvContainerLimit, memLimit, c.Resources.Limits.Memory())
 	}
+	// Its Go threads follow the container's CPU limit, in whole cores
+	// rounded up (the kubelet rounds a resourceFieldRef up to its divisor).
+	maxProcs := false
+	for _, e := range c.Env {
+		if r := e.ValueFrom; e.Name == "GOMAXPROCS" && r != nil && r.ResourceFieldRef != nil && r.ResourceFieldRef.Resource == "limits.cpu" &&
+			r.ResourceFieldRef.ContainerName == c.Name && r.ResourceFieldRef.Divisor.String() == "1" {
+			maxProcs = true
+		}
+	}
+	if !maxProcs || c.Resources.Limits.Cpu().String() != "500m" {
+		t.Errorf("the controller gets GOMAXPROCS from its own limits.cpu in whole cores: %v; limit %s, want 500m (SPEC §6)", maxProcs, c.Resources.Limits.Cpu())
+	}
 }
 
 // make krew's pieces for linux/amd64: the archive validates as a krew

@@ -19,6 +19,10 @@ import (
 // chartMemoryLimit is the Helm chart's default controller memory limit.
 const chartMemoryLimit = "256Mi"
 
+// chartGOMAXPROCS is what the Helm chart's default CPU limit (500m) gives
+// the controller: the limit in whole cores, rounded up.
+const chartGOMAXPROCS = 1
+
 type controllerProc struct {
 	cmd     *exec.Cmd
 	port    int
@@ -48,7 +52,8 @@ func startController(kubeconfig, tag string, extra ...string) (*controllerProc, 
 		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", p.pprof))
 	p.cmd.Args = append(p.cmd.Args, extra...)
 	// As the Helm chart runs it: its default memory limit (SPEC §6), from
-	// which the controller sets its soft limit.
+	// which the controller sets its soft limit, and its CPU limit as Go
+	// threads (--controller-gomaxprocs 0: Go's default instead).
 	p.cmd.Env = append(os.Environ(), memlimit.EnvContainerLimit+"="+chartMemoryLimit)
 	if *maxProcs > 0 {
 		p.cmd.Env = append(p.cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", *maxProcs))

@@ -59,7 +59,7 @@ var (
 	batch      = flag.Int("batch", 500, "nodes created per batch (each batch waits for kwok to make them Ready)")
 	cluster    = flag.String("cluster", "nvdriver-bench", "local cluster name")
 	nodeStatus = flag.Duration("node-status-every", 5*time.Minute, "how often each simulated node posts its status: 5m is a kubelet with node leases (its nodeStatusReportFrequency); 20s is kwok's stage without leases, which earlier runs used")
-	maxProcs   = flag.Int("controller-gomaxprocs", 0, "GOMAXPROCS for the controller (0: Go's default, the machine's cores outside a container)")
+	maxProcs   = flag.Int("controller-gomaxprocs", chartGOMAXPROCS, "GOMAXPROCS for the controller: the Helm chart's (its CPU limit in whole cores, rounded up) by default; 0 is Go's default, the machine's cores outside a container")
 	phases     = flag.String("phases", "converge,fleet", "which parts to run: converge (one CR, nodes added while the controller runs) and fleet (20 CRs: first start, plugin, cold starts, idle, moves, rollout)")
 )
 
@@ -71,7 +71,8 @@ type results struct {
 	// NodeStatusEvery is the simulated nodes' status cadence: every node
 	// event the controller receives at rest is one of these.
 	NodeStatusEvery string `json:"nodeStatusEvery"`
-	// ControllerGOMAXPROCS is --controller-gomaxprocs (0: Go's default).
+	// ControllerGOMAXPROCS is --controller-gomaxprocs (0: Go's default;
+	// runs before session 36 ran Go's default, 2 on this machine).
 	ControllerGOMAXPROCS int                `json:"controllerGOMAXPROCS"`
 	Values               map[string]float64 `json:"values"`
 	Notes                []string           `json:"notes"`
