@@ -35,8 +35,9 @@ type snapshot struct {
 
 // planShared is what every snapshot with one plan key reads alike, worked
 // out once per key rather than once per pass: the nodes' owners (the owner
-// label is in the key) and their platforms (so are the OS and architecture
-// labels), their platforms, and each CR's pool nodes. Read only once made.
+// label is in the key), their platforms (so are the OS and architecture
+// labels) and each CR's pool nodes (docs/design.md, "Plan cache"). Read
+// only once made.
 type planShared struct {
 	owners    map[string]string
 	platOnce  sync.Once
