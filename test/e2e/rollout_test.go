@@ -84,14 +84,9 @@ spec:
     canary: {nodes: 2}
 `)
 	eventually(t, 2*time.Minute, "the first driver on the cw nodes", func() error { return driversRunning(t, "canary", total) })
-	// A new node is upgrade-done from its first patch, before its driver
-	// pod exists: the version is changed only once every node runs the
-	// first driver, or a pod made after the change would start on the new
-	// one without the machine (and count as done outside the canary).
-	// Ready alone is not enough: it says the DaemonSets are rolled out over
-	// the nodes the DaemonSet controller schedules to, and a node still
-	// tainted not-ready by kube-controller-manager is not one of them yet.
-	eventually(t, 2*time.Minute, "the first driver running on every cw node", func() error {
+	// And the CR says so (driversRunning says why the version must wait
+	// for it: a pod made after the change would start outside the canary).
+	eventually(t, 2*time.Minute, "the CR Ready with a driver available on every cw node", func() error {
 		d := getDriverE2E(t, "canary")
 		if d.Status.State != v1alpha1.Ready || d.Status.ObservedGeneration != d.Generation {
 			return fmt.Errorf("state %s", d.Status.State)
