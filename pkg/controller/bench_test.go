@@ -48,12 +48,16 @@ func BenchmarkPassReads(b *testing.B) {
 		})
 		shared := &planShared{}
 		facts := memo.facts(s.nodes, true) // as the key left them
+		pool := plan.Pool{DaemonSet: "ds"}
+		for _, n := range s.nodes {
+			pool.Nodes = append(pool.Nodes, n.Name)
+		}
 		b.Run(fmt.Sprintf("platforms/nodes=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				snap := &snapshot{nodes: s.nodes, drivers: s.drivers, facts: facts, shared: shared}
-				if p := snap.platformOf()(s.nodes[0].Name); p != "linux/amd64" {
-					b.Fatalf("platform %q", p)
+				if p := snap.platformsOf()(pool); len(p) != 1 || p[0] != "linux/amd64" {
+					b.Fatalf("platforms %q", p)
 				}
 			}
 		})
@@ -74,14 +78,15 @@ func BenchmarkStatusCounts(b *testing.B) {
 			c.Labels[plan.LabelOwner], c.Labels[plan.LabelUpgradeState] = d.Name, plan.UpgradeDone
 			s.nodes[i] = c
 		}
-		snapshotKeyWith(s, &nodeMemo{})
 		p := plan.Compute(s.planNodes(), s.drivers)
 		pd := p.DriverByName(d.Name)
-		shared := &planShared{owners: s.nodeOwners()}
+		shared := &planShared{plan: &p, owners: s.nodeOwners()}
+		memo := &nodeMemo{}
+		facts := memo.facts(s.nodes, true)
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				snap := &snapshot{nodes: s.nodes, drivers: s.drivers, facts: s.facts, shared: shared, owners: shared.owners}
+				snap := &snapshot{nodes: s.nodes, drivers: s.drivers, facts: facts, shared: shared, memo: memo, key: 1, owners: shared.owners}
 				st := computeStatus(statusInput{Driver: &d, Plan: pd, Nodes: snap.poolNodesOf(pd, d.Name)})
 				done := int32(0)
 				for _, p := range st.Pools {

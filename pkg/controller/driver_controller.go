@@ -114,7 +114,7 @@ func (r *DriverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		images = &imageVerdict{keep: true} // nothing is applied: nothing to check
 	}
 	if pd.Error == nil {
-		images = r.Images.check(ctx, d, pd.Pools, owned, snap.platformOf())
+		images = r.Images.check(ctx, d, pd.Pools, owned, snap.platformsOf())
 		failure = r.applyPools(ctx, d, pd, owned, images)
 		if failure == nil {
 			failure = r.deleteStale(ctx, d, pd, owned)

@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -116,7 +114,7 @@ const imageCheckParallel = 8
 // check asks about every unsettled pool of the CR. Pools are held only in
 // enforce mode, only when an image is definitively missing, and only while
 // the DaemonSet does not already run it.
-func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools []plan.Pool, owned map[string]*appsv1.DaemonSet, platformOf func(node string) string) *imageVerdict {
+func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools []plan.Pool, owned map[string]*appsv1.DaemonSet, platformsOf func(plan.Pool) []string) *imageVerdict {
 	if g == nil || g.mode == ImageCheckOff || g.checker == nil {
 		return nil
 	}
@@ -133,17 +131,14 @@ func (g *imageGate) check(ctx context.Context, d *v1alpha1.NVIDIADriver, pools [
 		if !unsettled(pool, cur) {
 			continue
 		}
-		platforms := map[string]bool{}
-		for _, n := range pool.Nodes {
-			platforms[platformOf(n)] = true
-		}
+		platforms := platformsOf(pool)
 		f := map[string]bool{}
 		for _, img := range newImages(pool, cur) {
 			f[img] = true
 		}
 		imgs := pool.Images()
 		for i, img := range imgs {
-			jobs = append(jobs, job{pool: len(v.pools), image: i, req: imagecheck.Request{Image: img, Platforms: slices.Sorted(maps.Keys(platforms)), Keychain: kc, Credentials: creds}})
+			jobs = append(jobs, job{pool: len(v.pools), image: i, req: imagecheck.Request{Image: img, Platforms: platforms, Keychain: kc, Credentials: creds}})
 		}
 		v.pools = append(v.pools, poolImages{DaemonSet: pool.DaemonSet, Nodes: pool.Nodes, Results: make([]imagecheck.Result, len(imgs))})
 		fresh = append(fresh, f)

@@ -78,7 +78,7 @@ func TestImageGate(t *testing.T) {
 			}
 			before := reg.Requests.Load()
 			d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold", Generation: 3}}
-			v := g.check(context.Background(), d, []plan.Pool{tc.pool}, owned, func(string) string { return "linux/amd64" })
+			v := g.check(context.Background(), d, []plan.Pool{tc.pool}, owned, func(plan.Pool) []string { return []string{"linux/amd64"} })
 			if got := v.isHeld(tc.pool.DaemonSet); got != tc.wantHeld {
 				t.Errorf("held = %v, want %v", got, tc.wantHeld)
 			}
@@ -107,7 +107,7 @@ func TestImageGate(t *testing.T) {
 	held := pool(flaky.Host + "/nvidia/driver:570.1-ubuntu22.04")
 	live := map[string]*appsv1.DaemonSet{held.DaemonSet: running(oldImg, 2, 2, 2)}
 	check := func() *imageVerdict {
-		return g.check(context.Background(), &v1alpha1.NVIDIADriver{}, []plan.Pool{held}, live, func(string) string { return "linux/amd64" })
+		return g.check(context.Background(), &v1alpha1.NVIDIADriver{}, []plan.Pool{held}, live, func(plan.Pool) []string { return []string{"linux/amd64"} })
 	}
 	if v := check(); !v.isHeld(held.DaemonSet) {
 		t.Fatal("not held on not found")

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -27,24 +28,52 @@ type snapshot struct {
 	facts []*nodeFact
 
 	// shared is what the plan cache keeps beside the plan of this
-	// snapshot's key, for every snapshot with that key (nil in a snapshot
-	// made by hand).
+	// snapshot's key, for every snapshot with that key, and memo the node
+	// facts' (both nil in a snapshot made by hand).
 	shared *planShared
+	memo   *nodeMemo
+	key    uint64
 	owners map[string]string // nodeOwners' answer (from shared when there is one)
 }
 
 // planShared is what every snapshot with one plan key reads alike, worked
-// out once per key rather than once per pass: the nodes' owners (the owner
-// label is in the key), their platforms (so are the OS and architecture
-// labels) and each CR's pool nodes (docs/design.md, "Plan cache"). Read
-// only once made.
+// out once per key rather than once per pass (docs/design.md, "Plan
+// cache"): the nodes' owners (the owner label is in the key), where each
+// node is in the plan, each CR's count of pool nodes not yet labelled for
+// it, and each pool's platforms (the OS and architecture labels are in the
+// key too). Read only once made.
 type planShared struct {
-	owners    map[string]string
-	platOnce  sync.Once
-	platforms map[string]string
+	plan   *plan.Plan
+	owners map[string]string
 
-	mu      sync.Mutex
-	members map[string]*members // by CR name
+	placeOnce sync.Once
+	place     map[string]placement // node -> its CR and pool in the plan
+
+	mu        sync.Mutex
+	pending   map[string][]int    // by CR: per pool, nodes not yet labelled for it
+	platforms map[string][]string // by DaemonSet: its nodes' platforms, sorted
+}
+
+// placement is where a node is in a plan: the CR it is planned to and the
+// index of its pool there ("" and 0: no CR).
+type placement struct {
+	driver string
+	pool   int32
+}
+
+// placements are the plan's nodes by name, made once per key.
+func (ps *planShared) placements() map[string]placement {
+	ps.placeOnce.Do(func() {
+		ps.place = map[string]placement{}
+		for _, d := range ps.plan.Drivers {
+			for p, pool := range d.Pools {
+				for _, n := range pool.Nodes {
+					ps.place[n] = placement{driver: d.Name, pool: int32(p)}
+				}
+			}
+		}
+	})
+	return ps.place
 }
 
 // takeSnapshot reads the nodes straight from the informer's store (reads),
@@ -93,110 +122,134 @@ type poolNodes struct {
 
 // poolNodesOf is, per pool of the CR's plan pd, its nodes' upgrade states
 // as this snapshot has them (the key leaves the state out, so states are
-// never shared) and how many are not yet the CR's (that is in the key).
-// One look-up per node with a state, in a set of the CR's nodes made once
-// per key: a map of every node's state per pass, then two look-ups per
-// pool node, were a quarter of the driver controller's CPU while 5,000
-// nodes came up.
+// never shared) and how many are not yet the CR's (that is in the key). A
+// node's place in the plan is kept in its facts for the key it was found
+// for, so an unchanged node costs a pass no look-up by name: a map of every
+// node's state per pass and two look-ups per pool node, then one look-up
+// per node, were each a tenth of the 5,000-node converge's CPU.
 func (s *snapshot) poolNodesOf(pd *plan.Driver, driver string) []poolNodes {
 	if len(pd.Pools) == 0 {
 		return nil
 	}
-	m := s.membersOf(pd, driver)
 	out := make([]poolNodes, len(pd.Pools))
-	for i := range out {
-		out[i].pending = m.pending[i]
+	for i, n := range s.pendingOf(pd, driver) {
+		out[i].pending = n
 	}
+	count := func(p int32, state string) {
+		if out[p].states == nil {
+			out[p].states = map[string]int32{}
+		}
+		out[p].states[state]++
+	}
+	if s.shared == nil || s.memo == nil { // made by hand: look each node up
+		mine := map[string]int32{}
+		for p, pool := range pd.Pools {
+			for _, n := range pool.Nodes {
+				mine[n] = int32(p)
+			}
+		}
+		for i := range s.nodes {
+			if st := s.fact(i).state; st != "" {
+				if p, ok := mine[s.nodes[i].Name]; ok {
+					count(p, st)
+				}
+			}
+		}
+		return out
+	}
+	place := s.shared.placements()
+	// The facts' place is read and written under the memo's lock, as sel.
+	s.memo.mu.Lock()
+	defer s.memo.mu.Unlock()
 	for i := range s.nodes {
 		f := s.fact(i)
 		if f.state == "" {
 			continue
 		}
-		if p, ok := m.pool[s.nodes[i].Name]; ok {
-			if out[p].states == nil {
-				out[p].states = map[string]int32{}
-			}
-			out[p].states[f.state]++
+		if f.place.key != s.key {
+			f.place.key, f.place.at = s.key, place[s.nodes[i].Name]
+		}
+		if f.place.at.driver == driver {
+			count(f.place.at.pool, f.state)
 		}
 	}
 	return out
 }
 
-// members are a CR's pool nodes as one plan key has them.
-type members struct {
-	pool    map[string]int32 // node -> index of its pool
-	pending []int            // per pool: nodes whose owner label is not the CR
-}
-
-func (s *snapshot) membersOf(pd *plan.Driver, driver string) *members {
-	build := func() *members {
-		owners := s.nodeOwners()
-		m := &members{pending: make([]int, len(pd.Pools))}
-		n := 0
-		for _, pool := range pd.Pools {
-			n += len(pool.Nodes)
+// pendingOf is, per pool of pd, how many of its nodes are not yet labelled
+// for the CR, once per key.
+func (s *snapshot) pendingOf(pd *plan.Driver, driver string) []int {
+	if s.shared != nil {
+		s.shared.mu.Lock()
+		n, ok := s.shared.pending[driver]
+		s.shared.mu.Unlock()
+		if ok {
+			return n
 		}
-		m.pool = make(map[string]int32, n)
-		for p, pool := range pd.Pools {
-			for _, name := range pool.Nodes {
-				m.pool[name] = int32(p)
-				if owners[name] != driver {
-					m.pending[p]++
-				}
+	}
+	owners := s.nodeOwners()
+	n := make([]int, len(pd.Pools))
+	for p, pool := range pd.Pools {
+		for _, name := range pool.Nodes {
+			if owners[name] != driver {
+				n[p]++
 			}
 		}
-		return m
 	}
-	if s.shared == nil {
-		return build()
+	if s.shared != nil {
+		s.shared.mu.Lock()
+		if s.shared.pending == nil {
+			s.shared.pending = map[string][]int{}
+		}
+		s.shared.pending[driver] = n
+		s.shared.mu.Unlock()
 	}
-	s.shared.mu.Lock()
-	m, ok := s.shared.members[driver]
-	s.shared.mu.Unlock()
-	if ok {
-		return m
-	}
-	m = build()
-	s.shared.mu.Lock()
-	if s.shared.members == nil {
-		s.shared.members = map[string]*members{}
-	}
-	s.shared.members[driver] = m
-	s.shared.mu.Unlock()
-	return m
+	return n
 }
 
-// platformOf gives a node's "os/arch" for the image check, indexing the
-// nodes on the first call only (most reconciles check nothing), and once
-// per plan key where the plan cache shares one: while a fleet comes up
-// every pass checks its CR's unsettled pools, and an index of 5,000 nodes
-// per pass was a sixth of the driver controller's CPU.
-func (s *snapshot) platformOf() func(node string) string {
+// platformsOf gives a pool's nodes' platforms ("os/arch", sorted) for the
+// image check, once per key and pool where the plan cache shares one:
+// while a fleet comes up every pass checks its CR's unsettled pools, and
+// indexing 5,000 nodes per pass, then looking each pool node up, were a
+// sixth and then a tenth of the driver controller's CPU.
+func (s *snapshot) platformsOf() func(pool plan.Pool) []string {
 	var byName map[string]string
-	return func(node string) string {
+	build := func(pool plan.Pool) []string {
 		if byName == nil {
-			byName = s.platforms()
+			byName = make(map[string]string, len(s.nodes))
+			for i := range s.nodes {
+				byName[s.nodes[i].Name] = s.fact(i).platform
+			}
 		}
-		if p, ok := byName[node]; ok {
+		set := map[string]bool{}
+		for _, n := range pool.Nodes {
+			if p, ok := byName[n]; ok {
+				set[p] = true
+			} else {
+				set[imagecheck.Platform(nil)] = true
+			}
+		}
+		return slices.Sorted(maps.Keys(set))
+	}
+	return func(pool plan.Pool) []string {
+		if s.shared == nil {
+			return build(pool)
+		}
+		s.shared.mu.Lock()
+		p, ok := s.shared.platforms[pool.DaemonSet]
+		s.shared.mu.Unlock()
+		if ok {
 			return p
 		}
-		return imagecheck.Platform(nil)
-	}
-}
-
-func (s *snapshot) platforms() map[string]string {
-	build := func() map[string]string {
-		out := make(map[string]string, len(s.nodes))
-		for i := range s.nodes {
-			out[s.nodes[i].Name] = s.fact(i).platform
+		p = build(pool)
+		s.shared.mu.Lock()
+		if s.shared.platforms == nil {
+			s.shared.platforms = map[string][]string{}
 		}
-		return out
+		s.shared.platforms[pool.DaemonSet] = p
+		s.shared.mu.Unlock()
+		return p
 	}
-	if s.shared == nil {
-		return build()
-	}
-	s.shared.platOnce.Do(func() { s.shared.platforms = build() })
-	return s.shared.platforms
 }
 
 func (s *snapshot) planNodes() []plan.Node {
@@ -231,6 +284,12 @@ type nodeFact struct {
 	// that is not fixed when it is made, read and written under the
 	// memo's lock only (snapshotKeyWith).
 	sel struct{ sig, hash uint64 }
+	// place is where the node is in the plan of key (poolNodesOf), under
+	// the memo's lock too.
+	place struct {
+		key uint64
+		at  placement
+	}
 }
 
 func factOf(n *corev1.Node) *nodeFact {
@@ -446,6 +505,7 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	if c.valid && c.key == key {
 		p := c.plan
 		snap.shared, snap.owners = c.shared, c.shared.owners
+		snap.memo, snap.key = &c.reads.memo, key
 		c.mu.Unlock()
 		planComputes.WithLabelValues("hit").Inc()
 		return snap, p, nil
@@ -453,7 +513,8 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	c.mu.Unlock()
 	planComputes.WithLabelValues("miss").Inc()
 	p := plan.Compute(snap.planNodes(), snap.drivers)
-	snap.shared = &planShared{owners: snap.nodeOwners()}
+	snap.shared = &planShared{plan: &p, owners: snap.nodeOwners()}
+	snap.memo, snap.key = &c.reads.memo, key
 	c.mu.Lock()
 	c.key, c.plan, c.valid = key, p, true
 	c.shared = snap.shared

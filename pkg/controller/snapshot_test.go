@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -208,12 +207,12 @@ func TestNodeMemoFollowsTheObjects(t *testing.T) {
 }
 
 // A CR's status counts the states of its own pool nodes, per pool, as the
-// snapshot has them, and the pool nodes not yet labelled for it, whether it
-// holds a few of the cluster's nodes or most of them; the CR's nodes are
-// worked out once per plan key.
+// snapshot has them, and the pool nodes not yet labelled for it; a node's
+// place in the plan is kept per key, and a new key places it again. A
+// snapshot made by hand (no plan cache) counts the same.
 func TestPoolNodesOf(t *testing.T) {
 	var nodes []*corev1.Node
-	for i := range 10 {
+	for i := range 8 {
 		l := map[string]string{plan.LabelOwner: "gold"}
 		if i%3 != 0 {
 			l[upgrade.LabelState] = fmt.Sprint("state-", i%2)
@@ -223,37 +222,80 @@ func TestPoolNodesOf(t *testing.T) {
 		}
 		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("n", i), ResourceVersion: "1", Labels: l}})
 	}
-	shared := &planShared{}
-	s := &snapshot{nodes: nodes, shared: shared}
-	pools := func(names ...string) *plan.Driver {
-		return &plan.Driver{Pools: []plan.Pool{{Nodes: names[:len(names)/2]}, {Nodes: names[len(names)/2:]}}}
+	planOf := func(gold, bronze [][]string) *plan.Plan {
+		p := &plan.Plan{}
+		for _, d := range []struct {
+			name  string
+			pools [][]string
+		}{{"gold", gold}, {"bronze", bronze}} {
+			pd := plan.Driver{Name: d.name}
+			for _, names := range d.pools {
+				pd.Pools = append(pd.Pools, plan.Pool{DaemonSet: fmt.Sprint(d.name, len(pd.Pools)), Nodes: names})
+			}
+			p.Drivers = append(p.Drivers, pd)
+		}
+		return p
 	}
-	few := s.poolNodesOf(pools("n1", "n3", "n4", "n5"), "gold")
-	want := []poolNodes{{states: map[string]int32{"state-1": 1}}, {states: map[string]int32{"state-0": 1, "state-1": 1}, pending: 1}}
-	if !reflect.DeepEqual(few, want) {
-		t.Errorf("a few nodes: %+v, want %+v (n3 has no state, n4 is silver's, no other node counts)", few, want)
+	memo := &nodeMemo{}
+	snapFor := func(p *plan.Plan, key uint64) *snapshot {
+		s := &snapshot{nodes: nodes, facts: memo.facts(nodes, true), memo: memo, key: key}
+		s.shared = &planShared{plan: p, owners: s.nodeOwners()}
+		return s
 	}
-	var all []string
-	for _, n := range nodes[:8] {
-		all = append(all, n.Name)
+	check := func(what string, s *snapshot, p *plan.Plan, want map[string][]poolNodes) {
+		t.Helper()
+		for name, w := range want {
+			got := s.poolNodesOf(p.DriverByName(name), name)
+			if !reflect.DeepEqual(got, w) {
+				t.Errorf("%s, %s: %+v, want %+v", what, name, got, w)
+			}
+			byHand := (&snapshot{nodes: nodes}).poolNodesOf(p.DriverByName(name), name)
+			if !reflect.DeepEqual(byHand, w) {
+				t.Errorf("%s, %s, a snapshot made by hand: %+v, want %+v", what, name, byHand, w)
+			}
+		}
 	}
-	most := s.poolNodesOf(pools(all...), "bronze")
-	want = []poolNodes{{states: map[string]int32{"state-0": 1, "state-1": 1}, pending: 4}, {states: map[string]int32{"state-0": 1, "state-1": 2}, pending: 4}}
-	if !reflect.DeepEqual(most, want) {
-		t.Errorf("most nodes: %+v, want %+v", most, want)
+	p1 := planOf([][]string{{"n1", "n3"}, {"n4", "n5"}}, [][]string{{"n0", "n2"}, {"n6", "n7"}})
+	check("first key", snapFor(p1, 1), p1, map[string][]poolNodes{
+		// n3 has no state; n4 is silver's
+		"gold":   {{states: map[string]int32{"state-1": 1}}, {states: map[string]int32{"state-0": 1, "state-1": 1}, pending: 1}},
+		"bronze": {{states: map[string]int32{"state-0": 1}, pending: 2}, {states: map[string]int32{"state-1": 1}, pending: 2}},
+	})
+	if f := memo.facts(nodes[5:6], false)[0]; f.place.key != 1 || f.place.at != (placement{"gold", 1}) {
+		t.Errorf("n5's place kept in its facts: %+v, want gold's pool 1 for key 1", f.place)
 	}
-	if got := s.poolNodesOf(&plan.Driver{}, "gold"); len(got) != 0 {
+	// A new key: n5 moves to bronze; n1 has a new state in a new object.
+	nodes[1] = nodes[1].DeepCopy()
+	nodes[1].ResourceVersion = "2"
+	nodes[1].Labels[upgrade.LabelState] = "state-9"
+	p2 := planOf([][]string{{"n1", "n3"}, {"n4"}}, [][]string{{"n0", "n2"}, {"n5", "n6", "n7"}})
+	check("second key", snapFor(p2, 2), p2, map[string][]poolNodes{
+		"gold":   {{states: map[string]int32{"state-9": 1}}, {states: map[string]int32{"state-0": 1}, pending: 1}},
+		"bronze": {{states: map[string]int32{"state-0": 1}, pending: 2}, {states: map[string]int32{"state-1": 2}, pending: 3}},
+	})
+	if got := snapFor(p2, 2).poolNodesOf(&plan.Driver{}, "gold"); len(got) != 0 {
 		t.Errorf("no pools: %+v", got)
 	}
-	// A later snapshot of the same key reads the CR's nodes from the
-	// first, its states afresh.
-	if shared.members["gold"] == nil || shared.members["bronze"] == nil {
-		t.Fatalf("the CRs' nodes not kept for the key: %v", shared.members)
+}
+
+// A pool's platforms for the image check: sorted, once per key and pool.
+func TestPlatformsOf(t *testing.T) {
+	nodes := []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "1", Labels: map[string]string{corev1.LabelArchStable: "arm64"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "c", ResourceVersion: "1", Labels: map[string]string{corev1.LabelArchStable: "arm64"}}},
 	}
-	nodes[1] = nodes[1].DeepCopy()
-	nodes[1].Labels[upgrade.LabelState] = "state-9"
-	later := (&snapshot{nodes: nodes, shared: shared}).poolNodesOf(pools("n1", "n3", "n4", "n5"), "gold")
-	if got := later[0].states; !maps.Equal(got, map[string]int32{"state-9": 1}) {
-		t.Errorf("a later snapshot's states: %v, want n1's new state", got)
+	pool := plan.Pool{DaemonSet: "ds", Nodes: []string{"a", "b", "c", "gone"}}
+	want := []string{"linux/amd64", "linux/arm64"}
+	shared := &planShared{}
+	s := &snapshot{nodes: nodes, shared: shared}
+	if got := s.platformsOf()(pool); !slices.Equal(got, want) {
+		t.Errorf("platforms %v, want %v", got, want)
+	}
+	if got := (&snapshot{nodes: nodes}).platformsOf()(pool); !slices.Equal(got, want) {
+		t.Errorf("made by hand: platforms %v, want %v", got, want)
+	}
+	if got := shared.platforms["ds"]; !slices.Equal(got, want) {
+		t.Errorf("kept for the key: %v, want %v", got, want)
 	}
 }
