@@ -63,17 +63,45 @@ type placement struct {
 
 // placements are the plan's nodes by name, made once per key.
 func (ps *planShared) placements() map[string]placement {
-	ps.placeOnce.Do(func() {
-		ps.place = map[string]placement{}
-		for _, d := range ps.plan.Drivers {
-			for p, pool := range d.Pools {
-				for _, n := range pool.Nodes {
-					ps.place[n] = placement{driver: d.Name, pool: int32(p)}
-				}
+	ps.placeOnce.Do(func() { ps.place = placementsOf(ps.plan.Drivers...) })
+	return ps.place
+}
+
+// placementsOf are the drivers' pool nodes by name.
+func placementsOf(drivers ...plan.Driver) map[string]placement {
+	out := map[string]placement{}
+	for _, d := range drivers {
+		for p, pool := range d.Pools {
+			for _, n := range pool.Nodes {
+				out[n] = placement{driver: d.Name, pool: int32(p)}
 			}
 		}
-	})
-	return ps.place
+	}
+	return out
+}
+
+// keptFor is what the plan cache keeps under name in the map field of
+// the snapshot's key, made by build the first time; made afresh without a
+// plan cache.
+func keptFor[T any](s *snapshot, field func(*planShared) *map[string]T, name string, build func() T) T {
+	if s.shared == nil {
+		return build()
+	}
+	m := field(s.shared)
+	s.shared.mu.Lock()
+	v, ok := (*m)[name]
+	s.shared.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = build() // outside the lock: two passes may both build, alike
+	s.shared.mu.Lock()
+	if *m == nil {
+		*m = map[string]T{}
+	}
+	(*m)[name] = v
+	s.shared.mu.Unlock()
+	return v
 }
 
 // takeSnapshot reads the nodes straight from the informer's store (reads),
@@ -135,42 +163,34 @@ func (s *snapshot) poolNodesOf(pd *plan.Driver, driver string) []poolNodes {
 	for i, n := range s.pendingOf(pd, driver) {
 		out[i].pending = n
 	}
-	count := func(p int32, state string) {
-		if out[p].states == nil {
-			out[p].states = map[string]int32{}
-		}
-		out[p].states[state]++
+	// Without a plan cache (a snapshot made by hand) each node is looked up.
+	kept := s.shared != nil && s.memo != nil
+	var place map[string]placement
+	if kept {
+		place = s.shared.placements()
+		// The facts' place is read and written under the memo's lock, as sel.
+		s.memo.mu.Lock()
+		defer s.memo.mu.Unlock()
+	} else {
+		place = placementsOf(*pd)
 	}
-	if s.shared == nil || s.memo == nil { // made by hand: look each node up
-		mine := map[string]int32{}
-		for p, pool := range pd.Pools {
-			for _, n := range pool.Nodes {
-				mine[n] = int32(p)
-			}
-		}
-		for i := range s.nodes {
-			if st := s.fact(i).state; st != "" {
-				if p, ok := mine[s.nodes[i].Name]; ok {
-					count(p, st)
-				}
-			}
-		}
-		return out
-	}
-	place := s.shared.placements()
-	// The facts' place is read and written under the memo's lock, as sel.
-	s.memo.mu.Lock()
-	defer s.memo.mu.Unlock()
 	for i := range s.nodes {
 		f := s.fact(i)
 		if f.state == "" {
 			continue
 		}
-		if f.place.key != s.key {
-			f.place.key, f.place.at = s.key, place[s.nodes[i].Name]
+		at := place[s.nodes[i].Name]
+		if kept {
+			if f.place.key != s.key {
+				f.place.key, f.place.at = s.key, at
+			}
+			at = f.place.at
 		}
-		if f.place.at.driver == driver {
-			count(f.place.at.pool, f.state)
+		if at.driver == driver {
+			if out[at.pool].states == nil {
+				out[at.pool].states = map[string]int32{}
+			}
+			out[at.pool].states[f.state]++
 		}
 	}
 	return out
@@ -179,32 +199,18 @@ func (s *snapshot) poolNodesOf(pd *plan.Driver, driver string) []poolNodes {
 // pendingOf is, per pool of pd, how many of its nodes are not yet labelled
 // for the CR, once per key.
 func (s *snapshot) pendingOf(pd *plan.Driver, driver string) []int {
-	if s.shared != nil {
-		s.shared.mu.Lock()
-		n, ok := s.shared.pending[driver]
-		s.shared.mu.Unlock()
-		if ok {
-			return n
-		}
-	}
-	owners := s.nodeOwners()
-	n := make([]int, len(pd.Pools))
-	for p, pool := range pd.Pools {
-		for _, name := range pool.Nodes {
-			if owners[name] != driver {
-				n[p]++
+	return keptFor(s, func(ps *planShared) *map[string][]int { return &ps.pending }, driver, func() []int {
+		owners := s.nodeOwners()
+		n := make([]int, len(pd.Pools))
+		for p, pool := range pd.Pools {
+			for _, name := range pool.Nodes {
+				if owners[name] != driver {
+					n[p]++
+				}
 			}
 		}
-	}
-	if s.shared != nil {
-		s.shared.mu.Lock()
-		if s.shared.pending == nil {
-			s.shared.pending = map[string][]int{}
-		}
-		s.shared.pending[driver] = n
-		s.shared.mu.Unlock()
-	}
-	return n
+		return n
+	})
 }
 
 // platformsOf gives a pool's nodes' platforms ("os/arch", sorted) for the
@@ -232,23 +238,7 @@ func (s *snapshot) platformsOf() func(pool plan.Pool) []string {
 		return slices.Sorted(maps.Keys(set))
 	}
 	return func(pool plan.Pool) []string {
-		if s.shared == nil {
-			return build(pool)
-		}
-		s.shared.mu.Lock()
-		p, ok := s.shared.platforms[pool.DaemonSet]
-		s.shared.mu.Unlock()
-		if ok {
-			return p
-		}
-		p = build(pool)
-		s.shared.mu.Lock()
-		if s.shared.platforms == nil {
-			s.shared.platforms = map[string][]string{}
-		}
-		s.shared.platforms[pool.DaemonSet] = p
-		s.shared.mu.Unlock()
-		return p
+		return keptFor(s, func(ps *planShared) *map[string][]string { return &ps.platforms }, pool.DaemonSet, func() []string { return build(pool) })
 	}
 }
 
