@@ -179,10 +179,13 @@ func (s *snapshot) poolNodesOf(pd *plan.Driver, driver string) []poolNodes {
 		if f.state == "" {
 			continue
 		}
-		at := place[s.nodes[i].Name]
-		if kept {
+		var at placement
+		if !kept {
+			at = place[s.nodes[i].Name]
+		} else {
+			// Looked up by name only when the node or the key is new.
 			if f.place.key != s.key {
-				f.place.key, f.place.at = s.key, at
+				f.place.key, f.place.at = s.key, place[s.nodes[i].Name]
 			}
 			at = f.place.at
 		}
