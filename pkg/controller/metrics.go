@@ -95,6 +95,14 @@ var planComputes = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Lookups of the shared cluster plan, by result (hit, or miss: the plan was computed).",
 }, []string{"result"})
 
+// nodeScans counts the plan cache's listings of the nodes: listed anew, or
+// an earlier one reused because no node changed since (docs/design.md,
+// "Node scans").
+var nodeScans = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_node_scans_total",
+	Help: "Snapshots of the nodes taken by the controller's passes, by result (listed, or reused: no node changed since the last listing).",
+}, []string{"result"})
+
 // registryRequests counts image checks that reached a registry (a cached
 // answer is not counted), by result: the cache's promise is one per
 // distinct image per check interval, whatever the number of nodes.
@@ -112,7 +120,7 @@ func init() {
 	// Kubernetes' controllers export them: how much of a pass's wall time is
 	// the cluster's, not the controller's. Labelled by verb and host only.
 	metrics.RegisterRESTClientMetrics(metrics.MetricRequestLatency, metrics.MetricRateLimiterLatency)
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, upgradeStateTime, registryRequests, planComputes, statusWrites, passesDeferred, passSeconds, wakeups)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, upgradeStateTime, registryRequests, planComputes, nodeScans, statusWrites, passesDeferred, passSeconds, wakeups)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

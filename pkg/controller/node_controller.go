@@ -37,7 +37,7 @@ type NodeLabeler struct {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	snap, p, err := r.plans.compute(ctx, r.Client)
+	snap, p, err := r.plans.computeFresh(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

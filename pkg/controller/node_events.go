@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -29,6 +30,14 @@ import (
 // predicate runs: six hand-offs per heartbeat instead of two.
 type nodeEvents struct {
 	store toolscache.Store // the informer's, to replay to a late subscriber
+
+	// changes counts the node events that change something a reconciler
+	// reads: added, deleted, or updated in more than the resourceVersion
+	// (sameToReconcilers). It is counted before any reconciler is woken,
+	// so a pass an event wakes reads a count that includes it: the plan
+	// cache reuses its last listing of the nodes while the count stands
+	// (docs/design.md, "Node scans").
+	changes atomic.Uint64
 
 	mu   sync.RWMutex
 	subs []*nodeSub
@@ -86,7 +95,10 @@ func (ne *nodeEvents) each(f func(*nodeSub)) {
 }
 
 // OnAdd implements toolscache.ResourceEventHandler.
-func (ne *nodeEvents) OnAdd(obj any, _ bool) { ne.each(func(s *nodeSub) { s.create(obj) }) }
+func (ne *nodeEvents) OnAdd(obj any, _ bool) {
+	ne.changes.Add(1)
+	ne.each(func(s *nodeSub) { s.create(obj) })
+}
 
 // OnUpdate implements toolscache.ResourceEventHandler.
 func (ne *nodeEvents) OnUpdate(oldObj, newObj any) {
@@ -95,11 +107,15 @@ func (ne *nodeEvents) OnUpdate(oldObj, newObj any) {
 	if ok1 && ok2 && sameToReconcilers(o, n) {
 		return
 	}
+	ne.changes.Add(1)
 	ne.each(func(s *nodeSub) { s.update(oldObj, newObj) })
 }
 
 // OnDelete implements toolscache.ResourceEventHandler.
-func (ne *nodeEvents) OnDelete(obj any) { ne.each(func(s *nodeSub) { s.delete(obj) }) }
+func (ne *nodeEvents) OnDelete(obj any) {
+	ne.changes.Add(1)
+	ne.each(func(s *nodeSub) { s.delete(obj) })
+}
 
 func (s *nodeSub) create(obj any) {
 	o, ok := obj.(client.Object)

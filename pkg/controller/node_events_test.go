@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -148,12 +149,30 @@ func TestNodeEventsFanOut(t *testing.T) {
 	}
 	takeAll(labelsOnly)
 
+	// The count of changes, as a woken reconciler would read it.
+	var seen []uint64
+	counted := predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { seen = append(seen, ne.changes.Load()); return true },
+		UpdateFunc: func(event.UpdateEvent) bool { seen = append(seen, ne.changes.Load()); return true },
+	}
+	counting := newQueue()
+	defer counting.ShutDown()
+	if err := ne.source(recorder(), counted).Start(ctx, counting); err != nil {
+		t.Fatal(err)
+	}
+	seen = nil
+
 	n1 := cachedNode(nil)
 	ne.OnAdd(n1, false)
 	beat := cachedNode(func(n *corev1.Node) { n.ResourceVersion = "2" })
 	ne.OnUpdate(n1, beat)
 	cordoned := cachedNode(func(n *corev1.Node) { n.ResourceVersion = "3"; n.Spec.Unschedulable = true })
 	ne.OnUpdate(beat, cordoned)
+	// The add and the cordon are counted, each before the reconcilers
+	// hear of it; the heartbeat is not.
+	if got := ne.changes.Load(); got != 2 || !slices.Equal(seen, []uint64{1, 2}) {
+		t.Errorf("changes counted %d, seen by the subscriber as %v: want 2, seen as [1 2]", got, seen)
+	}
 	if got := takeAll(all); !got["create/n1"] || !got["update/n1@3"] || len(got) != 2 {
 		t.Errorf("all events: got %v, want n1 created and updated once (the cordon, not the heartbeat)", got)
 	}
@@ -171,6 +190,9 @@ func TestNodeEventsFanOut(t *testing.T) {
 	ne.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "n1", Obj: relabelled})
 	if got := takeAll(all); !got["delete/n1/unknown"] {
 		t.Errorf("tombstone: got %v, want a delete with its state unknown", got)
+	}
+	if got := ne.changes.Load(); got != 4 {
+		t.Errorf("changes counted after the relabel and the delete: %d, want 4", got)
 	}
 	takeAll(labelsOnly)
 

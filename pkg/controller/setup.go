@@ -272,7 +272,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	plans, pacer := &planCache{reads: reads}, &statusPacer{}
+	plans, pacer := &planCache{reads: reads, changes: &nodes.changes}, &statusPacer{}
 	images, err := opts.imageGate(mgr.GetAPIReader())
 	if err != nil {
 		return err

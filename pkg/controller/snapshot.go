@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +36,9 @@ type snapshot struct {
 	memo   *nodeMemo
 	key    uint64
 	owners map[string]string // nodeOwners' answer (from shared when there is one)
+	// scan is the listing the nodes and facts are from (nil in a snapshot
+	// made by hand): poolNodesOf keeps its answers there.
+	scan *nodeScan
 }
 
 // planShared is what every snapshot with one plan key reads alike, worked
@@ -104,21 +109,6 @@ func keptFor[T any](s *snapshot, field func(*planShared) *map[string]T, name str
 	return v
 }
 
-// takeSnapshot reads the nodes straight from the informer's store (reads),
-// not copied: every consumer of a snapshot only reads them, and copying
-// thousands of nodes per reconcile dominated the controller's CPU and
-// garbage at scale.
-func takeSnapshot(ctx context.Context, reads *cachedReads, c client.Reader) (*snapshot, error) {
-	nodes := reads.allNodes()
-	// Not copied either: the plan and the key only read the CRs, and a
-	// reconcile that changes its own CR reads it apart (Get).
-	drivers := &v1alpha1.NVIDIADriverList{}
-	if err := c.List(ctx, drivers, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing NVIDIADrivers: %w", err)
-	}
-	return &snapshot{nodes: nodes, drivers: drivers.Items}, nil
-}
-
 // fact is what the passes read of the i-th node's labels.
 func (s *snapshot) fact(i int) *nodeFact {
 	if s.facts == nil {
@@ -159,6 +149,34 @@ func (s *snapshot) poolNodesOf(pd *plan.Driver, driver string) []poolNodes {
 	if len(pd.Pools) == 0 {
 		return nil
 	}
+	if s.scan == nil || s.shared == nil {
+		return s.countPoolNodes(pd, driver)
+	}
+	// The states are the facts', and the facts are the listing's: a pass
+	// that reuses a listing reuses its counts too.
+	at := scanPoolsKey{key: s.key, driver: driver}
+	s.scan.mu.Lock()
+	out, ok := s.scan.pools[at]
+	s.scan.mu.Unlock()
+	if !ok {
+		out = s.countPoolNodes(pd, driver)
+		s.scan.mu.Lock()
+		if s.scan.pools == nil {
+			s.scan.pools = map[scanPoolsKey][]poolNodes{}
+		}
+		s.scan.pools[at] = out
+		s.scan.mu.Unlock()
+	}
+	// The caller's own copy: the counts go into a status.
+	own := slices.Clone(out)
+	for i := range own {
+		own[i].states = maps.Clone(own[i].states)
+	}
+	return own
+}
+
+// countPoolNodes is poolNodesOf read from the nodes.
+func (s *snapshot) countPoolNodes(pd *plan.Driver, driver string) []poolNodes {
 	out := make([]poolNodes, len(pd.Pools))
 	for i, n := range s.pendingOf(pd, driver) {
 		out[i].pending = n
@@ -306,6 +324,11 @@ func factOf(n *corev1.Node) *nodeFact {
 // because the cache lists objects in map order (docs/design.md, "Plan cache").
 type planCache struct {
 	reads *cachedReads
+	// changes is the node events' count of changes (nodeEvents); nil: the
+	// nodes are listed afresh for every snapshot.
+	changes *atomic.Uint64
+	now     func() time.Time // nil: time.Now
+
 	mu    sync.Mutex
 	key   uint64
 	valid bool
@@ -313,7 +336,37 @@ type planCache struct {
 	// what the plan's snapshots share (the upgrade state is not in the
 	// key, so states are never shared)
 	shared *planShared
+	scan   *nodeScan // the last listing of the nodes
 }
+
+// nodeScan is one listing of the nodes with their facts and their share of
+// the plan key. The driver's passes reuse the last one while no node has
+// changed since it was taken (planCache.changes) and it is younger than
+// scanReuseFor (docs/design.md, "Node scans"): while a fleet comes up, most
+// passes are woken by DaemonSets, not nodes, and listing and reading 5,000
+// unchanged nodes was most of each.
+type nodeScan struct {
+	changes uint64 // the count of node changes before the listing
+	at      time.Time
+	nodes   []*corev1.Node
+	facts   []*nodeFact
+	sig     uint64 // the selector keys the sum was made with (selectorKeys)
+	sum     uint64 // the nodes' share of the plan key
+
+	mu    sync.Mutex
+	pools map[scanPoolsKey][]poolNodes // poolNodesOf's answers
+}
+
+type scanPoolsKey struct {
+	key    uint64
+	driver string
+}
+
+// scanReuseFor bounds how long a listing is reused: it holds the node
+// objects it listed, and a node's status heartbeat (no change to a
+// reconciler) makes the cache replace its object; an older listing would
+// keep more of the replaced ones alive.
+const scanReuseFor = 5 * time.Second
 
 // nodeMemo remembers each node's facts: between two passes only the nodes
 // that changed have a new one. One is shared by every reconciler
@@ -428,26 +481,37 @@ func snapshotKey(s *snapshot) uint64 { return snapshotKeyWith(s, nil) }
 // the snapshot's facts.
 func snapshotKeyWith(s *snapshot, memo *nodeMemo) uint64 {
 	keys, sig := selectorKeys(s.drivers)
+	return planKey(nodesKey(s, memo, keys, sig), s.drivers, len(s.nodes), sig)
+}
+
+// nodesKey is the nodes' share of the plan key, from their facts in memo
+// (nil: made afresh); it fills the snapshot's facts.
+func nodesKey(s *snapshot, memo *nodeMemo, keys []string, sig uint64) uint64 {
 	var sum uint64
 	if memo == nil {
 		s.facts = memo.facts(s.nodes, true)
 		for i, f := range s.facts {
 			sum += mix(f.key ^ selectedHash(s.nodes[i].Labels, keys))
 		}
-	} else {
-		memo.mu.Lock()
-		s.facts = memo.factsLocked(s.nodes, true)
-		for i, f := range s.facts {
-			if f.sel.sig != sig || f.resourceVersion == "" {
-				f.sel.sig, f.sel.hash = sig, selectedHash(s.nodes[i].Labels, keys)
-			}
-			sum += mix(f.key ^ f.sel.hash)
-		}
-		memo.mu.Unlock()
+		return sum
 	}
-	var drivers uint64
-	for i := range s.drivers {
-		d := &s.drivers[i]
+	memo.mu.Lock()
+	defer memo.mu.Unlock()
+	s.facts = memo.factsLocked(s.nodes, true)
+	for i, f := range s.facts {
+		if f.sel.sig != sig || f.resourceVersion == "" {
+			f.sel.sig, f.sel.hash = sig, selectedHash(s.nodes[i].Labels, keys)
+		}
+		sum += mix(f.key ^ f.sel.hash)
+	}
+	return sum
+}
+
+// planKey combines the nodes' share of the key with the CRs'.
+func planKey(nodes uint64, drivers []v1alpha1.NVIDIADriver, nodeCount int, sig uint64) uint64 {
+	var sum uint64
+	for i := range drivers {
+		d := &drivers[i]
 		h := hashString(fnvOffset, d.Name)
 		h = hashString(h, string(d.UID))
 		h = hashString(h, strconv.FormatInt(d.Generation, 10))
@@ -455,9 +519,9 @@ func snapshotKeyWith(s *snapshot, memo *nodeMemo) uint64 {
 		if d.DeletionTimestamp != nil {
 			h = mix(h ^ 0xdead)
 		}
-		drivers += mix(h)
+		sum += mix(h)
 	}
-	return mix(sum ^ mix(drivers+uint64(len(s.drivers))) ^ uint64(len(s.nodes)) ^ sig)
+	return mix(nodes ^ mix(sum+uint64(len(drivers))) ^ uint64(nodeCount) ^ sig)
 }
 
 const (
@@ -487,18 +551,60 @@ func mix(x uint64) uint64 {
 }
 
 // compute takes a snapshot and returns it with its plan, computed once per
-// distinct snapshot.
+// distinct snapshot. The snapshot's nodes may be those of an earlier pass
+// when none has changed since (nodeScan): equal in everything a reconciler
+// reads but their resourceVersions, which a pass that patches nodes reads
+// (computeFresh).
 func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, plan.Plan, error) {
-	snap, err := takeSnapshot(ctx, c.reads, r)
-	if err != nil {
-		return nil, plan.Plan{}, err
+	return c.computeWith(ctx, r, true)
+}
+
+// computeFresh is compute on nodes listed now.
+func (c *planCache) computeFresh(ctx context.Context, r client.Reader) (*snapshot, plan.Plan, error) {
+	return c.computeWith(ctx, r, false)
+}
+
+func (c *planCache) computeWith(ctx context.Context, r client.Reader, reuse bool) (*snapshot, plan.Plan, error) {
+	var changes uint64
+	if c.changes != nil {
+		changes = c.changes.Load() // before listing: a change after it is counted after it
 	}
-	key := snapshotKeyWith(snap, &c.reads.memo)
+	drivers := &v1alpha1.NVIDIADriverList{}
+	if err := r.List(ctx, drivers, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, plan.Plan{}, fmt.Errorf("listing NVIDIADrivers: %w", err)
+	}
+	snap := &snapshot{drivers: drivers.Items, memo: &c.reads.memo}
+	keys, sig := selectorKeys(snap.drivers)
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	c.mu.Lock()
+	sc := c.scan
+	c.mu.Unlock()
+	if reuse && c.changes != nil && sc != nil && sc.changes == changes && sc.sig == sig && now().Sub(sc.at) < scanReuseFor {
+		nodeScans.WithLabelValues("reused").Inc()
+	} else {
+		nodeScans.WithLabelValues("listed").Inc()
+		sc = &nodeScan{changes: changes, at: now(), nodes: c.reads.allNodes(), sig: sig}
+		snap.nodes = sc.nodes
+		sc.sum = nodesKey(snap, snap.memo, keys, sig)
+		sc.facts = snap.facts
+		if c.changes != nil {
+			c.mu.Lock()
+			if c.scan == nil || c.scan.changes <= changes {
+				c.scan = sc
+			}
+			c.mu.Unlock()
+		}
+	}
+	snap.nodes, snap.facts, snap.scan = sc.nodes, sc.facts, sc
+	key := planKey(sc.sum, snap.drivers, len(sc.nodes), sig)
+	snap.key = key
 	c.mu.Lock()
 	if c.valid && c.key == key {
 		p := c.plan
 		snap.shared, snap.owners = c.shared, c.shared.owners
-		snap.memo, snap.key = &c.reads.memo, key
 		c.mu.Unlock()
 		planComputes.WithLabelValues("hit").Inc()
 		return snap, p, nil
@@ -507,7 +613,6 @@ func (c *planCache) compute(ctx context.Context, r client.Reader) (*snapshot, pl
 	planComputes.WithLabelValues("miss").Inc()
 	p := plan.Compute(snap.planNodes(), snap.drivers)
 	snap.shared = &planShared{plan: &p, owners: snap.nodeOwners()}
-	snap.memo, snap.key = &c.reads.memo, key
 	c.mu.Lock()
 	c.key, c.plan, c.valid = key, p, true
 	c.shared = snap.shared

@@ -1,14 +1,20 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
@@ -297,5 +303,94 @@ func TestPlatformsOf(t *testing.T) {
 	}
 	if got := shared.platforms["ds"]; !slices.Equal(got, want) {
 		t.Errorf("kept for the key: %v, want %v", got, want)
+	}
+}
+
+// The driver's passes reuse the last listing of the nodes while no node
+// changed since and it is younger than scanReuseFor; a heartbeat is no
+// change, a label is. The labeller's passes (computeFresh) always list,
+// and a plan cache without the count of changes never reuses.
+func TestNodeScanReuse(t *testing.T) {
+	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	ne := &nodeEvents{store: store}
+	node := func(name, rv string, state string) *corev1.Node {
+		n := cachedNode(func(n *corev1.Node) {
+			n.Name, n.UID, n.ResourceVersion = name, types.UID("uid-"+name), rv
+			n.Labels[plan.LabelOSID], n.Labels[plan.LabelOSVersion] = "ubuntu", "22.04"
+			if state != "" {
+				n.Labels[upgrade.LabelState] = state
+			}
+		})
+		return n
+	}
+	for _, name := range []string{"n1", "n2", "n3"} {
+		n := node(name, "1", upgrade.StateDone)
+		_ = store.Add(n)
+		ne.OnAdd(n, false)
+	}
+	update := func(old, n *corev1.Node) {
+		_ = store.Update(n)
+		ne.OnUpdate(old, n)
+	}
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	gold := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold", UID: "g", Generation: 1},
+		Spec: v1alpha1.NVIDIADriverSpec{DriverType: "gpu", Version: "535.104.12", Repository: "nvcr.io/nvidia", Image: "driver",
+			NodeSelector: map[string]string{"pool": "gold"}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(gold).Build()
+	now := time.Unix(1000, 0)
+	pc := &planCache{reads: &cachedReads{nodes: store}, changes: &ne.changes, now: func() time.Time { return now }}
+
+	pass := func(what string, fresh bool) (*snapshot, map[string]int32) {
+		t.Helper()
+		compute := pc.compute
+		if fresh {
+			compute = pc.computeFresh
+		}
+		s, p, err := compute(context.Background(), c)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		pd := p.DriverByName("gold")
+		if pd == nil || len(pd.Pools) != 1 {
+			t.Fatalf("%s: gold's plan %+v, want one pool", what, pd)
+		}
+		return s, s.poolNodesOf(pd, "gold")[0].states
+	}
+	first, states := pass("first pass", false)
+	if states[upgrade.StateDone] != 3 {
+		t.Fatalf("first pass: states %v, want 3 done", states)
+	}
+	states[upgrade.StateDone] = 99 // the caller's own copy
+	if s, states := pass("nothing changed", false); s.scan != first.scan || states[upgrade.StateDone] != 3 {
+		t.Errorf("nothing changed: listed again (%v) or counts %v, want the first listing and 3 done", s.scan != first.scan, states)
+	}
+	n1 := store.List()[0].(*corev1.Node)
+	beat := n1.DeepCopy()
+	beat.ResourceVersion = "2"
+	update(n1, beat)
+	if s, _ := pass("after a heartbeat", false); s.scan != first.scan {
+		t.Errorf("a heartbeat made the next pass list the nodes again")
+	}
+	if s, _ := pass("the labeller's", true); s.scan == first.scan {
+		t.Errorf("computeFresh reused a listing")
+	}
+	second, _ := pass("after the labeller's listing", false)
+
+	required := node(beat.Name, "3", upgrade.StateRequired)
+	update(beat, required)
+	third, states := pass("after a state change", false)
+	if third.scan == second.scan || states[upgrade.StateRequired] != 1 || states[upgrade.StateDone] != 2 {
+		t.Errorf("after a state change: reused %v, states %v, want a new listing with 1 required and 2 done", third.scan == second.scan, states)
+	}
+	now = now.Add(scanReuseFor)
+	if s, _ := pass("after scanReuseFor", false); s.scan == third.scan {
+		t.Errorf("a listing was reused after scanReuseFor")
+	}
+
+	pc.changes = nil
+	a, _ := pass("without a count", false)
+	if b, _ := pass("without a count, again", false); a.scan == b.scan {
+		t.Errorf("a plan cache without the count of changes reused a listing")
 	}
 }
