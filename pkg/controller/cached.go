@@ -65,7 +65,7 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	}
 	pods, err := indexerOf(ctx, c, &corev1.Pod{}, toolscache.Indexers{
 		idxPodController: func(obj any) ([]string, error) {
-			if p, ok := obj.(*corev1.Pod); ok {
+			if p, ok := obj.(*driverPod); ok {
 				if ref := metav1.GetControllerOfNoCopy(p); ref != nil && ref.Kind == "DaemonSet" {
 					return []string{string(ref.UID)}, nil
 				}
@@ -73,8 +73,8 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 			return nil, nil
 		},
 		idxPodNode: func(obj any) ([]string, error) {
-			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-				return []string{p.Spec.NodeName}, nil
+			if p, ok := obj.(*driverPod); ok && p.NodeName != "" {
+				return []string{p.NodeName}, nil
 			}
 			return nil, nil
 		},
@@ -110,13 +110,13 @@ func (c *cachedReads) nodesRunBy(driver string) ([]*corev1.Node, error) {
 }
 
 // allPods are every cached driver pod.
-func (c *cachedReads) allPods() []*corev1.Pod { return typed[*corev1.Pod](c.pods.List()) }
+func (c *cachedReads) allPods() []*driverPod { return typed[*driverPod](c.pods.List()) }
 
 // podsBy are the cached driver pods of a DaemonSet (idxPodController, by
 // UID) or on a node (idxPodNode, by name).
-func (c *cachedReads) podsBy(index, value string) ([]*corev1.Pod, error) {
+func (c *cachedReads) podsBy(index, value string) ([]*driverPod, error) {
 	objs, err := c.pods.ByIndex(index, value)
-	return typed[*corev1.Pod](objs), err
+	return typed[*driverPod](objs), err
 }
 
 // typed keeps the store's objects of type T (all of them: a store holds one

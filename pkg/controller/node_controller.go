@@ -250,8 +250,8 @@ func setAnnotation(changes map[string]map[string]*string, node, key, value strin
 func (r *NodeLabeler) nodesRunningDrivers() map[string]bool {
 	out := map[string]bool{}
 	for _, p := range r.plans.reads.allPods() {
-		if p.Namespace == r.Namespace && p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			out[p.Spec.NodeName] = true
+		if p.Namespace == r.Namespace && p.NodeName != "" && p.DeletionTimestamp == nil && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed {
+			out[p.NodeName] = true
 		}
 	}
 	return out

@@ -25,22 +25,22 @@ import (
 // versions that differ only in resourceVersion are, to the machine, the
 // same pod: kwok's and the kubelet's status updates of fields trimPod drops
 // (IPs, start times, other conditions) arrive as such pairs.
-func driverPodMatters(settled func(*corev1.Pod) bool) predicate.Funcs {
+func driverPodMatters(settled func(*driverPod) bool) predicate.Funcs {
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool {
-			p, ok := e.Object.(*corev1.Pod)
+			p, ok := e.Object.(*driverPod)
 			return !ok || !settled(p)
 		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Pod)
-			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			o, ok1 := e.ObjectOld.(*driverPod)
+			n, ok2 := e.ObjectNew.(*driverPod)
 			if !ok1 || !ok2 {
 				return true
 			}
 			return !samePodToMachine(o, n) && !(settled(o) && settled(n))
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
-			p, ok := e.Object.(*corev1.Pod)
+			p, ok := e.Object.(*driverPod)
 			return !ok || !settled(p)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
@@ -56,12 +56,12 @@ func driverPodMatters(settled func(*corev1.Pod) bool) predicate.Funcs {
 // wakes a pass"). Whatever it cannot tell from the cache (the node or the
 // DaemonSet not there yet, a template the DaemonSet controller has not
 // observed) is not settled: a needless pass is cheaper than a missed one.
-func settledPod(c client.Reader, nodes toolscache.Indexer) func(*corev1.Pod) bool {
-	return func(p *corev1.Pod) bool {
-		if p.Spec.NodeName == "" {
+func settledPod(c client.Reader, nodes toolscache.Indexer) func(*driverPod) bool {
+	return func(p *driverPod) bool {
+		if p.NodeName == "" {
 			return true
 		}
-		obj, ok, err := nodes.GetByKey(p.Spec.NodeName)
+		obj, ok, err := nodes.GetByKey(p.NodeName)
 		if err != nil || !ok {
 			return false
 		}
@@ -79,32 +79,18 @@ func settledPod(c client.Reader, nodes toolscache.Indexer) func(*corev1.Pod) boo
 			return false
 		}
 		return ds.UID == ref.UID && ds.Status.ObservedGeneration >= ds.Generation &&
-			fromTemplateGeneration(p, ds.Annotations[templateGenerationAnnotation])
+			fromTemplateGeneration(p.Labels, ds.Annotations[templateGenerationAnnotation])
 	}
 }
 
 // samePodToMachine compares what trimPod keeps, resourceVersion aside.
-func samePodToMachine(o, n *corev1.Pod) bool {
+func samePodToMachine(o, n *driverPod) bool {
 	om, nm := o.ObjectMeta, n.ObjectMeta
 	om.ResourceVersion, nm.ResourceVersion = "", ""
 	om.ManagedFields, nm.ManagedFields = nil, nil
 	return equality.Semantic.DeepEqual(om, nm) &&
-		o.Spec.NodeName == n.Spec.NodeName &&
-		equality.Semantic.DeepEqual(o.Spec.Containers, n.Spec.Containers) &&
-		o.Status.Phase == n.Status.Phase &&
-		podIsReady(o) == podIsReady(n) &&
-		equality.Semantic.DeepEqual(restartsAndReadiness(o), restartsAndReadiness(n))
-}
-
-// restartsAndReadiness is each container's name, restart count and readiness.
-func restartsAndReadiness(p *corev1.Pod) []corev1.ContainerStatus {
-	var out []corev1.ContainerStatus
-	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
-		for _, c := range statuses {
-			out = append(out, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount, Ready: c.Ready})
-		}
-	}
-	return out
+		o.NodeName == n.NodeName && o.Phase == n.Phase && o.Ready == n.Ready &&
+		o.Restarts == n.Restarts && o.Digest == n.Digest
 }
 
 // daemonSetMattersToUpgrade passes DaemonSet updates that change what the

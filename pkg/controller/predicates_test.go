@@ -38,6 +38,12 @@ func rawDriverPod() *corev1.Pod {
 
 func boolPtr(b bool) *bool { return &b }
 
+// cachedPod is p as the cache keeps it.
+func cachedPod(p *corev1.Pod) *driverPod {
+	o, _ := trimPod(p)
+	return o.(*driverPod)
+}
+
 // The pod predicate drops exactly the updates trimPod makes invisible, and
 // passes every change of a field the machine reads: the cases run through
 // trimPod as the cache does.
@@ -52,8 +58,12 @@ func TestDriverPodMatters(t *testing.T) {
 		{"another condition", func(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }, false},
 		{"image ID", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].ImageID = "sha256:2" }, false},
 		{"ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
-		{"container ready", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].Ready = false }, true},
+		// The machine reads the pod's Ready condition, not each container's.
+		{"a container's readiness alone", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].Ready = false }, false},
 		{"restart", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 1 }, true},
+		{"init container restart", func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "k8s-driver-manager", RestartCount: 2}}
+		}, true},
 		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
 		{"deleting", func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }, true},
 		{"revision label", func(p *corev1.Pod) { p.Labels["controller-revision-hash"] = "def" }, true},
@@ -66,9 +76,7 @@ func TestDriverPodMatters(t *testing.T) {
 			old, cur := rawDriverPod(), rawDriverPod()
 			cur.ResourceVersion = "11"
 			c.mutate(cur)
-			to, _ := trimPod(old)
-			tn, _ := trimPod(cur)
-			got := driverPodMatters(func(*corev1.Pod) bool { return false }).Update(event.UpdateEvent{ObjectOld: to.(*corev1.Pod), ObjectNew: tn.(*corev1.Pod)})
+			got := driverPodMatters(func(*driverPod) bool { return false }).Update(event.UpdateEvent{ObjectOld: cachedPod(old), ObjectNew: cachedPod(cur)})
 			if got != c.want {
 				t.Errorf("update passed = %v, want %v", got, c.want)
 			}
@@ -133,7 +141,7 @@ func TestSettledPod(t *testing.T) {
 			if c.pod != nil {
 				c.pod(p)
 			}
-			if got := settledPod(b.Build(), nodes)(p); got != c.settled {
+			if got := settledPod(b.Build(), nodes)(cachedPod(p)); got != c.settled {
 				t.Errorf("settled = %v, want %v", got, c.settled)
 			}
 		})
@@ -141,12 +149,12 @@ func TestSettledPod(t *testing.T) {
 
 	// The predicate: a settled pod's coming, going and readiness do not
 	// wake the machine; a change that unsettles it does.
-	settled := func(p *corev1.Pod) bool { return p.Labels[podTemplateGenerationLabel] == "1" }
+	settled := func(p *driverPod) bool { return p.Labels[podTemplateGenerationLabel] == "1" }
 	pred := driverPodMatters(settled)
-	ready, notReady := rawDriverPod(), rawDriverPod()
-	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
-	stale := rawDriverPod()
-	stale.Labels[podTemplateGenerationLabel] = "0"
+	rawNotReady, rawStale := rawDriverPod(), rawDriverPod()
+	rawNotReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	rawStale.Labels[podTemplateGenerationLabel] = "0"
+	ready, notReady, stale := cachedPod(rawDriverPod()), cachedPod(rawNotReady), cachedPod(rawStale)
 	if pred.Create(event.CreateEvent{Object: ready}) || pred.Delete(event.DeleteEvent{Object: ready}) ||
 		pred.Update(event.UpdateEvent{ObjectOld: notReady, ObjectNew: ready}) {
 		t.Error("a settled pod's event woke the machine")

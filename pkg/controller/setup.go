@@ -99,7 +99,8 @@ func CacheOptions(namespace string) cache.Options {
 		// readiness). Cluster-scoped with a namespace field selector, not
 		// namespace-limited: only then does the informer expose the store
 		// the passes read (cachedReads). The ClusterRole already lists pods
-		// everywhere (drain).
+		// everywhere (drain). The cache keeps them as driverPods: read them
+		// through cachedReads, never through the cache client.
 		&corev1.Pod{}: {
 			Field:     fields.OneTermEqualSelector("metadata.namespace", namespace),
 			Label:     labels.NewSelector().Add(*component),

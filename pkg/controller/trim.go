@@ -58,42 +58,32 @@ func trimNode(obj any) (any, error) {
 }
 
 // trimPod keeps of a driver pod what the upgrade machine and the node
-// labeller read: identity, labels, owner, node, phase, readiness and restart
-// counts. A driver pod's spec (containers, volumes, env) is most of its size,
-// and there is one per GPU node.
+// labeller read, as a driverPod: identity, labels, owner, node, phase,
+// readiness, the most restarts of a container, and the driver's config
+// digest (for a restart-only change, docs/design.md, "Rollouts"). A driver
+// pod's spec (containers, volumes, env) is most of its size, and there is
+// one per GPU node.
 func trimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Pod{
+	out := &driverPod{
 		TypeMeta: p.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: internLabels(p.Labels),
 			OwnerReferences: internOwners(p.OwnerReferences), CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: intern(p.Spec.NodeName)},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
+		NodeName: intern(p.Spec.NodeName),
+		Phase:    p.Status.Phase,
+		Ready:    podIsReady(p),
+		Digest:   intern(render.PodConfigDigest(&p.Spec)),
 	}
-	// The one line of the spec kept: the driver's config digest, for a
-	// restart-only change (docs/design.md, "Rollouts").
-	if digest := render.PodConfigDigest(&p.Spec); digest != "" {
-		out.Spec.Containers = []corev1.Container{{Name: "digest", Env: []corev1.EnvVar{{Name: render.ConfigDigestEnv, Value: digest}}}}
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range statuses {
+			out.Restarts = max(out.Restarts, statuses[i].RestartCount)
 		}
 	}
-	trim := func(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-		var cs []corev1.ContainerStatus
-		for _, c := range in {
-			cs = append(cs, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount, Ready: c.Ready})
-		}
-		return cs
-	}
-	out.Status.InitContainerStatuses = trim(p.Status.InitContainerStatuses)
-	out.Status.ContainerStatuses = trim(p.Status.ContainerStatuses)
 	return out, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+
+	"github.com/nvdriver/nvdriver/pkg/render"
 )
 
 // decoded returns obj as the informer would hand it to the transform: a
@@ -76,23 +78,36 @@ func TestTrimSharesStrings(t *testing.T) {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu-operator", Labels: map[string]string{"app": "nvidia-gpu-driver-ubuntu22.04", "controller-revision-hash": "5f7d"},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "nvidia-gpu-driver-ubuntu22.04-abc", UID: "u-1", Controller: ptr.To(true)}}},
-			Spec:   corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "nvidia-driver-ctr", Image: "nvcr.io/nvidia/driver:550"}}},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "nvidia-driver-ctr", RestartCount: 2, Ready: true}}},
+			Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "nvidia-driver-ctr", Image: "nvcr.io/nvidia/driver:550",
+				Env: []corev1.EnvVar{{Name: render.ConfigDigestEnv, Value: "d1"}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions:            []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+				InitContainerStatuses: []corev1.ContainerStatus{{Name: "k8s-driver-manager", RestartCount: 3}},
+				ContainerStatuses:     []corev1.ContainerStatus{{Name: "nvidia-driver-ctr", RestartCount: 2, Ready: true}}},
 		}
 	}
 	pa, _ := trimPod(decoded(t, pod("p-1", "gpu-1")))
 	pb, _ := trimPod(decoded(t, pod("p-2", "gpu-2")))
-	ppa, ppb := pa.(*corev1.Pod), pb.(*corev1.Pod)
+	ppa, ppb := pa.(*driverPod), pb.(*driverPod)
 	ref := metav1.GetControllerOfNoCopy(ppa)
-	if ref == nil || ref.UID != "u-1" || ppa.Spec.NodeName != "gpu-1" || ppa.Status.ContainerStatuses[0].RestartCount != 2 || ppa.Namespace != "gpu-operator" {
+	if ref == nil || ref.UID != "u-1" || ppa.NodeName != "gpu-1" || ppa.Restarts != 3 || !ppa.Ready || ppa.Phase != corev1.PodRunning ||
+		ppa.Digest != "d1" || ppa.Namespace != "gpu-operator" || ppa.Name != "p-1" {
 		t.Fatalf("trimmed pod lost what the upgrade machine reads: %+v", ppa)
+	}
+	if c := ppa.DeepCopyObject().(*driverPod); c == ppa || c.Labels["app"] != ppa.Labels["app"] || c.Restarts != 3 {
+		t.Errorf("DeepCopyObject: %+v", c)
+	} else if c.Labels["app"] = "changed"; ppa.Labels["app"] == "changed" {
+		t.Error("DeepCopyObject shares the labels")
+	}
+	if ref := ppa.podRef(); ref.Name != "p-1" || ref.Namespace != "gpu-operator" || ref.UID != ppa.UID {
+		t.Errorf("podRef: %+v", ref.ObjectMeta)
 	}
 	if !sameBytes(ppa.Namespace, ppb.Namespace) || !sameBytes(ppa.Labels["app"], ppb.Labels["app"]) ||
 		!sameBytes(ppa.OwnerReferences[0].Name, ppb.OwnerReferences[0].Name) || !sameBytes(string(ppa.OwnerReferences[0].UID), string(ppb.OwnerReferences[0].UID)) {
 		t.Error("two driver pods of one DaemonSet keep two copies of their namespace, labels or owner")
 	}
 	// A node and the pod on it share the node's name.
-	if !sameBytes(na.Name, ppa.Spec.NodeName) {
-		t.Error("a driver pod keeps its own copy of its node's name")
+	if !sameBytes(na.Name, ppa.NodeName) || !sameBytes(ppa.Digest, ppb.Digest) {
+		t.Error("a driver pod keeps its own copy of its node's name or of its config digest")
 	}
 }

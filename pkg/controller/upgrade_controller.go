@@ -152,7 +152,7 @@ type pass struct {
 	inputs    []upgrade.Node
 	nodes     []*corev1.Node // nodes[i] is inputs[i]'s
 	index     map[string]int // by name, made on first need (at)
-	podObjs   map[string]*corev1.Pod
+	podObjs   map[string]*driverPod
 	listed    map[string][]corev1.Pod
 	evictable map[string][]corev1.Pod
 }
@@ -171,7 +171,7 @@ func (ps *pass) at(name string) int {
 
 // observe builds the machine's inputs: each node's state, and the pods on
 // the nodes whose step reads them.
-func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, facts []*nodeFact, pods map[string]*upgrade.DriverPod, podObjs map[string]*corev1.Pod) (*pass, error) {
+func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, facts []*nodeFact, pods map[string]*upgrade.DriverPod, podObjs map[string]*driverPod) (*pass, error) {
 	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), nodes: nodes, podObjs: podObjs,
 		listed: map[string][]corev1.Pod{}, evictable: map[string][]corev1.Pod{}}
 	// Nodes mid-upgrade need the pods on them (uncached, per node): read
@@ -346,14 +346,14 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done),
 // then the Events.
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, driverPod *corev1.Pod, onNode, evictable []corev1.Pod, dec upgrade.Decision) error {
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dpod *driverPod, onNode, evictable []corev1.Pod, dec upgrade.Decision) error {
 	// Patches update node in place with the server's answer: a new
 	// resourceVersion means we wrote it.
 	pre := node.ResourceVersion
 	defer func() {
 		r.written.wrote(node.Name, pre, node.ResourceVersion)
 	}()
-	done, unsched, err := r.runActions(ctx, node, driverPod, evictable, dec)
+	done, unsched, err := r.runActions(ctx, node, dpod, evictable, dec)
 	if err != nil || !done {
 		return err
 	}
@@ -371,7 +371,7 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 // A cordon or uncordon that no later action waits for is not done here but
 // returned (unsched), for writeState to set with the state in one patch
 // (docs/design.md, "Cordon with the state").
-func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, driverPod *corev1.Pod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, unsched *bool, err error) {
+func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, dpod *driverPod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, unsched *bool, err error) {
 	for i, a := range dec.Actions {
 		var err error
 		switch a {
@@ -406,8 +406,8 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 				}
 			}
 			// The machine only asks for this when the pod is out of sync.
-			if driverPod != nil && driverPod.DeletionTimestamp == nil {
-				if err = r.Client.Delete(ctx, driverPod.DeepCopy(), client.Preconditions{UID: &driverPod.UID}); apierrors.IsNotFound(err) {
+			if dpod != nil && dpod.DeletionTimestamp == nil {
+				if err = r.Client.Delete(ctx, dpod.podRef(), client.Preconditions{UID: &dpod.UID}); apierrors.IsNotFound(err) {
 					err = nil
 				}
 			}

@@ -23,7 +23,7 @@ import (
 // driverPods maps node name -> the driver pod there, as the machine sees it
 // and as the object to delete: this CR's pods, and on nodes moving in from
 // another CR that CR's pod (never in sync: it is the driver being replaced).
-func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []*corev1.Node, facts []*nodeFact) (map[string]*upgrade.DriverPod, map[string]*corev1.Pod, error) {
+func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADriver, nodes []*corev1.Node, facts []*nodeFact) (map[string]*upgrade.DriverPod, map[string]*driverPod, error) {
 	movingIn := map[string]bool{}
 	for i := range nodes {
 		if facts[i].plan.Owner != d.Name {
@@ -68,9 +68,8 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 	// Only this CR's pods (by DaemonSet) and the pods on nodes moving in (by
 	// node), through the store's indexes: listing every driver pod of the
 	// cluster for each CR's pass made a rollout quadratic in nodes. The
-	// objects are the cache's own (read, never modified; the one deleted is
-	// copied).
-	var items []*corev1.Pod
+	// objects are the cache's own (read, never modified).
+	var items []*driverPod
 	for uid, in := range info {
 		if in.ours {
 			pods, err := r.reads.podsBy(idxPodController, string(uid))
@@ -88,35 +87,29 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		items = append(items, pods...)
 	}
 	out := make(map[string]*upgrade.DriverPod, len(items))
-	objs := make(map[string]*corev1.Pod, len(items))
+	objs := make(map[string]*driverPod, len(items))
 	for _, p := range items {
 		ref := metav1.GetControllerOfNoCopy(p)
-		if ref == nil || ref.Kind != "DaemonSet" || p.Spec.NodeName == "" {
+		if ref == nil || ref.Kind != "DaemonSet" || p.NodeName == "" {
 			continue
 		}
 		ds := info[ref.UID]
-		if ds == nil || (!ds.ours && !movingIn[p.Spec.NodeName]) {
+		if ds == nil || (!ds.ours && !movingIn[p.NodeName]) {
 			continue
 		}
 		// In sync: made from the current template generation, or from an
 		// earlier one identical to it (the same revision hash, as the
 		// DaemonSet controller judges it): an undo does not restart pods
 		// that never left the template it returns to.
-		inSync := fromTemplateGeneration(p, ds.gen) || (ds.gen != "" && ds.hash != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == ds.hash)
+		inSync := fromTemplateGeneration(p.Labels, ds.gen) || (ds.gen != "" && ds.hash != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == ds.hash)
 		// Out of date but with the same config digest: a restart-only change.
-		pd := render.PodConfigDigest(&p.Spec)
-		restartOnly := !inSync && pd != "" && pd == ds.digest
+		restartOnly := !inSync && p.Digest != "" && p.Digest == ds.digest
 		dp := &upgrade.DriverPod{Name: p.Name, InSync: inSync, RestartOnly: restartOnly,
-			Ready: podIsReady(p), Deleting: p.DeletionTimestamp != nil, TemplatePending: ds.pending}
-		for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
-			for i := range statuses {
-				dp.Restarts = max(dp.Restarts, statuses[i].RestartCount)
-			}
-		}
+			Ready: p.Ready, Deleting: p.DeletionTimestamp != nil, TemplatePending: ds.pending, Restarts: p.Restarts}
 		// Prefer the live pod over one being deleted.
-		if cur, ok := out[p.Spec.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
-			out[p.Spec.NodeName] = dp
-			objs[p.Spec.NodeName] = p
+		if cur, ok := out[p.NodeName]; !ok || (cur.Deleting && !dp.Deleting) {
+			out[p.NodeName] = dp
+			objs[p.NodeName] = p
 		}
 	}
 	return out, objs, nil
@@ -215,6 +208,6 @@ func nodeReady(n *corev1.Node) bool {
 // fromTemplateGeneration: the pod was made from its DaemonSet's template
 // generation gen (the deprecated.daemonset.template.generation annotation;
 // "" when unknown).
-func fromTemplateGeneration(p *corev1.Pod, gen string) bool {
-	return gen != "" && p.Labels[podTemplateGenerationLabel] == gen
+func fromTemplateGeneration(podLabels map[string]string, gen string) bool {
+	return gen != "" && podLabels[podTemplateGenerationLabel] == gen
 }
