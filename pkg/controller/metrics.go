@@ -103,6 +103,13 @@ var nodeScans = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Snapshots of the nodes taken by the controller's passes, by result (listed, or reused: no node changed since the last listing).",
 }, []string{"result"})
 
+// nodeChangesSeen counts the node events nodeEvents hands on (a heartbeat is
+// not one), by kind: each makes the next pass list the nodes afresh.
+var nodeChangesSeen = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "nvdriver_node_changes_total",
+	Help: "Node events that change something a reconciler reads (added, updated, deleted), by kind.",
+}, []string{"event"})
+
 // registryRequests counts image checks that reached a registry (a cached
 // answer is not counted), by result: the cache's promise is one per
 // distinct image per check interval, whatever the number of nodes.
@@ -120,7 +127,7 @@ func init() {
 	// Kubernetes' controllers export them: how much of a pass's wall time is
 	// the cluster's, not the controller's. Labelled by verb and host only.
 	metrics.RegisterRESTClientMetrics(metrics.MetricRequestLatency, metrics.MetricRateLimiterLatency)
-	metrics.Registry.MustRegister(apiWrites, upgradeTransition, upgradeStateTime, registryRequests, planComputes, nodeScans, statusWrites, passesDeferred, passSeconds, wakeups)
+	metrics.Registry.MustRegister(apiWrites, upgradeTransition, upgradeStateTime, registryRequests, planComputes, nodeScans, nodeChangesSeen, statusWrites, passesDeferred, passSeconds, wakeups)
 }
 
 // CountWrites wraps a client transport to count mutating requests in

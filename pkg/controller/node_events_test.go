@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"maps"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"slices"
 	"testing"
 
@@ -203,5 +207,55 @@ func TestNodeEventsFanOut(t *testing.T) {
 	}
 	if got := takeAll(all); !got["create/n2"] {
 		t.Errorf("the running subscriber: got %v, want n2 created", got)
+	}
+}
+
+// A label no reconciler reads (kube-controller-manager's beta os/arch
+// labels) or a taint is no change to the passes' listing of the nodes; a
+// label a CR selects by, a label the plan or the machine reads, and
+// anything else the cache keeps are. Every update still reaches the
+// subscribers.
+func TestNodeScanChanges(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	gold := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold"}, Spec: v1alpha1.NVIDIADriverSpec{NodeSelector: map[string]string{"pool": "gold"}}}
+	ne := &nodeEvents{store: toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), crs: fake.NewClientBuilder().WithScheme(scheme).WithObjects(gold).Build()}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	if err := ne.source(recorder()).Start(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	prev := cachedNode(nil)
+	for i, tc := range []struct {
+		name    string
+		edit    func(*corev1.Node)
+		counted bool
+	}{
+		{"beta os label", func(n *corev1.Node) { n.Labels["beta.kubernetes.io/os"] = "linux" }, false},
+		{"a label nobody selects by", func(n *corev1.Node) { n.Labels["team"] = "a" }, false},
+		{"a label a CR selects by", func(n *corev1.Node) { n.Labels["pool"] = "silver" }, true},
+		{"the upgrade state", func(n *corev1.Node) { n.Labels[plan.LabelUpgradeState] = upgrade.StateRequired }, true},
+		{"the architecture", func(n *corev1.Node) { n.Labels[corev1.LabelArchStable] = "arm64" }, true},
+		{"the skip label", func(n *corev1.Node) { n.Labels[upgrade.LabelSkip] = "true" }, true},
+		{"the not-ready taint taken off", func(n *corev1.Node) { n.Spec.Taints = nil }, false},
+		{"a label nobody reads, and cordoned", func(n *corev1.Node) { n.Labels["team"] = "b"; n.Spec.Unschedulable = true }, true},
+		{"our annotation", func(n *corev1.Node) { n.Annotations = map[string]string{upgrade.AnnotationMoveTo: "silver"} }, true},
+		{"a label nobody reads, and readiness", func(n *corev1.Node) {
+			n.Labels["team"] = "c"
+			n.Status.Conditions[0].Status = corev1.ConditionFalse
+		}, true},
+	} {
+		cur := cachedNode(func(n *corev1.Node) {
+			n.ResourceVersion = fmt.Sprint(10 + i)
+			tc.edit(n)
+		})
+		before := ne.changes.Load()
+		ne.OnUpdate(prev, cur)
+		if got := ne.changes.Load() > before; got != tc.counted {
+			t.Errorf("%s: counted %v, want %v", tc.name, got, tc.counted)
+		}
+		if got := takeAll(q); !got["update/n1@"+cur.ResourceVersion] {
+			t.Errorf("%s: the subscriber got %v, want the update", tc.name, got)
+		}
 	}
 }

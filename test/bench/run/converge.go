@@ -148,8 +148,17 @@ func (e *env) converge() error {
 		}
 	}
 	logf("converge passes run by controller (their time less API waits): %v", passes)
-	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses", reconciles,
-		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}))
+	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses; node listings: %.0f listed, %.0f reused", reconciles,
+		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}),
+		m.sum("nvdriver_node_scans_total", map[string]string{"result": "listed"}), m.sum("nvdriver_node_scans_total", map[string]string{"result": "reused"}))
+	res.Values["converge_node_scans_reused"] = m.sum("nvdriver_node_scans_total", map[string]string{"result": "reused"})
+	nodeChanged := map[string]float64{}
+	for _, s := range m {
+		if s.name == "nvdriver_node_changes_total" {
+			nodeChanged[s.labels["event"]] += s.value
+		}
+	}
+	logf("converge node changes handed to the reconcilers (heartbeats aside): %v", nodeChanged)
 
 	// Tear down as a user removing nvdriver would: the controller stopped,
 	// the CR deleted (its DaemonSets and pods garbage-collected), the nodes'
