@@ -18,7 +18,7 @@ import (
 // decoded returns obj as the informer would hand it to the transform: a
 // fresh protobuf decode (the controller's wire format), every string its own
 // copy.
-func decoded[T runtime.Object](t *testing.T, obj T) T {
+func decoded[T runtime.Object](t testing.TB, obj T) T {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
