@@ -187,9 +187,7 @@ func (s *nodeSub) delete(obj any) {
 // as a fleet comes up, and each of those made the driver's next pass list
 // every node again.
 func (ne *nodeEvents) scanChanged(o, n *corev1.Node) bool {
-	if o.Name != n.Name || o.UID != n.UID || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
-		!maps.Equal(o.Annotations, n.Annotations) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
-		nodeReady(o) != nodeReady(n) || ne.crs == nil {
+	if !sameBesideLabelsAndTaints(o, n) || ne.crs == nil {
 		return true
 	}
 	return machineLabelsChanged(ne.crs, o.Labels, n.Labels)
@@ -200,10 +198,16 @@ func (ne *nodeEvents) scanChanged(o, n *corev1.Node) bool {
 // anything else of a node, so none has anything to do; each one's own
 // predicates would drop such an update too (TestSameToReconcilers).
 func sameToReconcilers(o, n *corev1.Node) bool {
+	return sameBesideLabelsAndTaints(o, n) && maps.Equal(o.Labels, n.Labels) &&
+		slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value })
+}
+
+// sameBesideLabelsAndTaints compares the rest of what the cache keeps of a
+// node: identity, deletion, our annotations, cordon and readiness.
+func sameBesideLabelsAndTaints(o, n *corev1.Node) bool {
 	return o.Name == n.Name && o.UID == n.UID &&
 		o.DeletionTimestamp.Equal(n.DeletionTimestamp) &&
-		maps.Equal(o.Labels, n.Labels) && maps.Equal(o.Annotations, n.Annotations) &&
+		maps.Equal(o.Annotations, n.Annotations) &&
 		o.Spec.Unschedulable == n.Spec.Unschedulable &&
-		slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) &&
 		nodeReady(o) == nodeReady(n)
 }
