@@ -92,7 +92,7 @@ var passesDeferred = prometheus.NewCounterVec(prometheus.CounterOpts{
 // should be all hits (docs/design.md, "Plan cache").
 var planComputes = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "nvdriver_plan_cache_total",
-	Help: "Lookups of the shared cluster plan, by result (hit, or miss: the plan was computed).",
+	Help: "Lookups of the shared cluster plan, by result (hit; miss: the plan was computed; joined: waited for another pass computing the same plan).",
 }, []string{"result"})
 
 // nodeScans counts the plan cache's listings of the nodes: listed anew, or

@@ -39,7 +39,11 @@ type planCache struct {
 	// what the plan's snapshots share (the upgrade state is not in the
 	// key, so states are never shared)
 	shared *planShared
-	scan   *nodeScan // the last listing of the nodes
+	scan   *nodeScan   // the last listing of the nodes
+	flight *planFlight // the plan being computed, if any
+
+	// computePlan is plan.Compute (nil), or a test's stand-in.
+	computePlan func([]plan.Node, []v1alpha1.NVIDIADriver) plan.Plan
 }
 
 // nodeScan is one listing of the nodes with their facts and their share of
@@ -240,13 +244,51 @@ func (c *planCache) computeWith(ctx context.Context, r client.Reader, reuse bool
 		planComputes.WithLabelValues("hit").Inc()
 		return snap, p, nil
 	}
+	if f := c.flight; f != nil && f.key == key {
+		// Another pass is computing this very plan: one event wakes the
+		// node labeller and two or more CRs at once, and each computing it
+		// cost them all (docs/design.md, "Plan cache").
+		f.joined++
+		c.mu.Unlock()
+		planComputes.WithLabelValues("joined").Inc()
+		<-f.done
+		if f.shared == nil { // the computing pass panicked
+			return c.computeWith(ctx, r, reuse)
+		}
+		snap.shared, snap.owners = f.shared, f.shared.owners
+		return snap, *f.shared.plan, nil
+	}
+	f := &planFlight{key: key, done: make(chan struct{})}
+	c.flight = f
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if c.flight == f {
+			c.flight = nil
+		}
+		c.mu.Unlock()
+		close(f.done)
+	}()
 	planComputes.WithLabelValues("miss").Inc()
-	p := plan.Compute(snap.planNodes(), snap.drivers)
+	compute := plan.Compute
+	if c.computePlan != nil {
+		compute = c.computePlan
+	}
+	p := compute(snap.planNodes(), snap.drivers)
 	snap.shared = &planShared{plan: &p, owners: snap.nodeOwners()}
 	c.mu.Lock()
 	c.key, c.plan, c.valid = key, p, true
 	c.shared = snap.shared
+	f.shared = snap.shared
 	c.mu.Unlock()
 	return snap, p, nil
+}
+
+// planFlight is a plan being computed, for the passes that need the same
+// key meanwhile: they wait for it rather than compute it again.
+type planFlight struct {
+	key    uint64
+	done   chan struct{} // closed when the plan is in (or the pass panicked)
+	shared *planShared   // nil until done, and after a panic
+	joined int           // passes waiting for it (for the test)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -392,5 +394,83 @@ func TestNodeScanReuse(t *testing.T) {
 	a, _ := pass("without a count", false)
 	if b, _ := pass("without a count, again", false); a.scan == b.scan {
 		t.Errorf("a plan cache without the count of changes reused a listing")
+	}
+}
+
+// Passes that need the plan of one key while another pass computes it wait
+// for that computation instead of computing it again, and get its plan.
+func TestPlanComputedOncePerKeyAtATime(t *testing.T) {
+	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	for _, name := range []string{"n1", "n2"} {
+		_ = store.Add(cachedNode(func(n *corev1.Node) {
+			n.Name, n.UID, n.ResourceVersion = name, types.UID("uid-"+name), "1"
+			n.Labels[plan.LabelOSID], n.Labels[plan.LabelOSVersion] = "ubuntu", "22.04"
+		}))
+	}
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	gold := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold", UID: "g", Generation: 1},
+		Spec: v1alpha1.NVIDIADriverSpec{DriverType: "gpu", Version: "535.104.12", Repository: "nvcr.io/nvidia", Image: "driver"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(gold).Build()
+
+	var computed atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	pc := &planCache{reads: &cachedReads{nodes: store}}
+	pc.computePlan = func(nodes []plan.Node, drivers []v1alpha1.NVIDIADriver) plan.Plan {
+		if computed.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return plan.Compute(nodes, drivers)
+	}
+	type answer struct {
+		snap *snapshot
+		p    plan.Plan
+		err  error
+	}
+	answers := make(chan answer, 3)
+	pass := func() {
+		s, p, err := pc.computeFresh(context.Background(), c)
+		answers <- answer{s, p, err}
+	}
+	go pass()
+	<-started
+	go pass()
+	go pass()
+	joined := func() int {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		if pc.flight == nil {
+			return -1
+		}
+		return pc.flight.joined
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return joined() == 2, nil
+	}); err != nil {
+		t.Fatalf("the two later passes did not wait for the first one's plan (joined %d, computed %d)", joined(), computed.Load())
+	}
+	close(release)
+	var got []answer
+	for range 3 {
+		got = append(got, <-answers)
+	}
+	if n := computed.Load(); n != 1 {
+		t.Errorf("the plan was computed %d times, want once", n)
+	}
+	for i, a := range got {
+		if a.err != nil {
+			t.Fatalf("pass %d: %v", i, a.err)
+		}
+		if d := a.p.DriverByName("gold"); d == nil || len(d.Pools) != 1 || len(a.snap.owners) != 2 || a.snap.shared != got[0].snap.shared {
+			t.Errorf("pass %d: gold %+v, owners %v, shared with the first: %v", i, d, a.snap.owners, a.snap.shared == got[0].snap.shared)
+		}
+	}
+	if pc.flight != nil {
+		t.Error("the finished computation is still in flight")
+	}
+	// The next pass of the same key is a plain hit.
+	if _, _, err := pc.computeFresh(context.Background(), c); err != nil || computed.Load() != 1 {
+		t.Errorf("a later pass: computed %d times, %v", computed.Load(), err)
 	}
 }
