@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -169,8 +170,14 @@ func run() int {
 		logger.Error(err, "creating the manager")
 		return 1
 	}
+	// A lower GC target while nothing happens (docs/design.md, "Memory"),
+	// also on a replica that is not the leader.
+	rest := memlimit.NewRest()
+	if rest != nil {
+		metrics.Registry.MustRegister(rest.Metrics()...)
+	}
 	if err := controller.Setup(mgr, controller.Options{Namespace: namespace, ManagerImage: managerImage, HostRoot: hostRoot, ValidationTimeout: *validationTimeout, ValidationPodSelector: *validationSelector,
-		ImageCheck: *imageCheck, ImageCheckBackoff: *imageBackoff, ImageCheckMaxBackoff: *imageMaxBackoff}); err != nil {
+		ImageCheck: *imageCheck, ImageCheckBackoff: *imageBackoff, ImageCheckMaxBackoff: *imageMaxBackoff, Busy: rest.Busy}); err != nil {
 		logger.Error(err, "setting up the controllers")
 		return 1
 	}
@@ -184,7 +191,9 @@ func run() int {
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
 
 	logger.Info("starting", "version", version.Version, "namespace", namespace, "leaderElection", leaderElect, "imageCheck", *imageCheck, "webhook", hook.BindAddress)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	go rest.Run(ctx)
+	if err := mgr.Start(ctx); err != nil {
 		logger.Error(err, "manager stopped")
 		return 1
 	}
