@@ -12,11 +12,15 @@ import (
 
 // The interval between two passes of one reconciler for one object
 // (docs/design.md, "What wakes a pass"): passEvery at least, and
-// passCostFactor times what the last pass cost, up to passEveryMax.
+// passCostFactor (the node labeller: labellerCostFactor) times what the last
+// pass cost, up to passEveryMax.
 const (
 	passEvery      = 250 * time.Millisecond
 	passCostFactor = 50
 	passEveryMax   = 2 * time.Second
+	// labellerCostFactor is the node labeller's: one object for the whole
+	// cluster, whose pass is what an admin's relabelled node waits for.
+	labellerCostFactor = 20
 )
 
 // gated runs the inner reconciler at most once per interval per request.
@@ -31,14 +35,17 @@ const (
 // The interval grows with the pass's own cost (the CPU time of the thread
 // it ran on, or where that cannot be read its time less the time it spent
 // waiting on the API server, see excludeFromCost), so a reconciler
-// spends at most about 1/passCostFactor of a core on one object however
+// spends at most about 1/factor of a core on one object however
 // large the cluster: at a few dozen nodes a pass costs a millisecond and the
 // interval stays passEvery; at thousands it stretches to passEveryMax, and
 // the events of a burst join fewer, larger passes.
 type gated struct {
-	inner reconcile.Reconciler
-	every time.Duration
-	name  string // the controller's, for the metric
+	inner  reconcile.Reconciler
+	every  time.Duration
+	factor time.Duration // the interval is this many times a pass's cost
+	name   string        // the controller's, for the metric
+	// busy, if set, is told of each request (memlimit.Rest).
+	busy func()
 
 	mu    sync.Mutex
 	turns map[types.NamespacedName]turn
@@ -55,12 +62,16 @@ type turn struct {
 	interval time.Duration
 }
 
-func gate(name string, inner reconcile.Reconciler) *gated {
-	return &gated{inner: inner, every: passEvery, name: name, turns: map[types.NamespacedName]turn{}, now: time.Now, cpu: onThread}
+func gate(name string, inner reconcile.Reconciler, busy func()) *gated {
+	return &gated{inner: inner, every: passEvery, factor: passCostFactor, name: name, busy: busy,
+		turns: map[types.NamespacedName]turn{}, now: time.Now, cpu: onThread}
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (g *gated) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if g.busy != nil {
+		g.busy()
+	}
 	if wait := g.turn(req.NamespacedName); wait > 0 {
 		passesDeferred.WithLabelValues(g.name).Inc()
 		return ctrl.Result{RequeueAfter: wait}, nil
@@ -108,15 +119,14 @@ func (g *gated) turn(key types.NamespacedName) time.Duration {
 func (g *gated) passed(key types.NamespacedName, start time.Time, cost time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.turns[key] = turn{start: start, interval: intervalFor(g.every, cost)}
+	g.turns[key] = turn{start: start, interval: intervalFor(g.every, g.factor, cost)}
 }
 
 // intervalFor is the time from one pass's start to the next: every at
-// least, passCostFactor times the pass's cost, at most passEveryMax (a
-// pass slowed by a saturated machine must not leave an object alone for
-// long).
-func intervalFor(every, cost time.Duration) time.Duration {
-	return min(max(every, passCostFactor*cost), max(every, passEveryMax))
+// least, factor times the pass's cost, at most passEveryMax (a pass slowed
+// by a saturated machine must not leave an object alone for long).
+func intervalFor(every, factor, cost time.Duration) time.Duration {
+	return min(max(every, factor*cost), max(every, passEveryMax))
 }
 
 // passCost collects the time a pass spent waiting on the API server (its

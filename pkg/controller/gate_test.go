@@ -22,7 +22,7 @@ func (c *countingReconciler) Reconcile(_ context.Context, req ctrl.Request) (ctr
 // size; another object is gated apart; a request after the interval runs.
 func TestGateRunsOnePassPerInterval(t *testing.T) {
 	inner := &countingReconciler{passes: map[string]int{}}
-	g := gate("test", inner)
+	g := gate("test", inner, nil)
 	clock := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 	g.now, g.cpu = func() time.Time { return clock }, wallOnly
 	req := func(name string) ctrl.Request {
@@ -100,7 +100,7 @@ func TestGateIntervalGrowsWithThePassCost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
 			inner := &slowReconciler{clock: &clock, work: tc.work, waited: tc.waited}
-			g := gate("test", inner)
+			g := gate("test", inner, nil)
 			g.now, g.cpu = func() time.Time { return clock }, wallOnly
 			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
 			start := clock
@@ -137,7 +137,7 @@ func TestGateCostIsThePassCPU(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 			inner := &slowReconciler{clock: &clock, work: tc.wall}
-			g := gate("test", inner)
+			g := gate("test", inner, nil)
 			g.now = func() time.Time { return clock }
 			g.cpu = func(f func()) (time.Duration, bool) { f(); return tc.cpu, true }
 			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
@@ -148,5 +148,44 @@ func TestGateCostIsThePassCPU(t *testing.T) {
 				t.Errorf("just before %v: requeue %v, want 1ms", tc.want, res.RequeueAfter)
 			}
 		})
+	}
+}
+
+// The node labeller's interval is labellerCostFactor times its pass's
+// cost, not passCostFactor: a 20ms pass (one that computed the plan of a
+// large cluster) holds an admin's next move for 400ms, not a second.
+func TestLabellerGateHasItsOwnFactor(t *testing.T) {
+	clock := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	g := labellerGate(&NodeLabeler{}, nil)
+	g.inner = &slowReconciler{clock: &clock}
+	g.now = func() time.Time { return clock }
+	g.cpu = func(f func()) (time.Duration, bool) { f(); return 20 * time.Millisecond, true }
+	start := clock
+	_, _ = g.Reconcile(context.Background(), nodeLabelsKey)
+	want := 20 * time.Millisecond * labellerCostFactor
+	if want >= 20*time.Millisecond*passCostFactor || want <= passEvery {
+		t.Fatalf("the case assumes the labeller's interval for 20ms lies between passEvery and the others' (%v)", want)
+	}
+	clock = start.Add(want - time.Millisecond)
+	if res, _ := g.Reconcile(context.Background(), nodeLabelsKey); res.RequeueAfter != time.Millisecond {
+		t.Errorf("just before %v: requeue %v, want 1ms", want, res.RequeueAfter)
+	}
+	clock = start.Add(want)
+	if res, _ := g.Reconcile(context.Background(), nodeLabelsKey); res.RequeueAfter != 0 {
+		t.Errorf("at %v: requeue %v, want a pass", want, res.RequeueAfter)
+	}
+}
+
+// Every request tells the memory rest the controller is busy, deferred or
+// not.
+func TestGateSaysBusy(t *testing.T) {
+	busy := 0
+	g := gate("test", &countingReconciler{passes: map[string]int{}}, func() { busy++ })
+	clock := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	g.now, g.cpu = func() time.Time { return clock }, wallOnly
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
+	_, _ = g.Reconcile(context.Background(), req)
+	if res, _ := g.Reconcile(context.Background(), req); res.RequeueAfter == 0 || busy != 2 {
+		t.Errorf("a pass and a deferred request: busy told %d times (deferred: %v), want 2", busy, res.RequeueAfter > 0)
 	}
 }

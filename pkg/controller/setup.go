@@ -53,6 +53,9 @@ type Options struct {
 	// missing or could not be checked, doubling up to ImageCheckMaxBackoff
 	// (0: 30s and 10m).
 	ImageCheckBackoff, ImageCheckMaxBackoff time.Duration
+	// Busy, if set, is called as each reconcile of the driver, node-label
+	// and upgrade controllers starts (memlimit.Rest.Busy).
+	Busy func()
 }
 
 // imageGate builds the registry check the options ask for.
@@ -288,7 +291,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Watches(&appsv1.DaemonSet{}, daemonSetToDriver(pacer, time.Now), builder.WithPredicates(wakes("nvidiadriver", "DaemonSet"))).
 		WatchesRawSource(nodes.source(nodeToDrivers(c), nodeChanged(c), wakes("nvidiadriver", "Node"))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(gate("nvidiadriver", dr)); err != nil {
+		Complete(gate("nvidiadriver", dr, opts.Busy)); err != nil {
 		return err
 	}
 
@@ -305,7 +308,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Named("node-labels").
 		WatchesRawSource(nodes.source(nodesKey, nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()), wakes("node-labels", "NVIDIADriver"))).
-		Complete(gate("node-labels", &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}))
+		Complete(labellerGate(&NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}, opts.Busy))
+}
+
+// labellerGate gates the node labeller at its own cost factor (docs/design.md,
+// "What wakes a pass").
+func labellerGate(l *NodeLabeler, busy func()) *gated {
+	g := gate("node-labels", l, busy)
+	g.factor = labellerCostFactor
+	return g
 }
 
 // registerIndexes adds the cache indexes the reconcilers look objects up by
@@ -497,5 +508,5 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		Watches(&appsv1.ControllerRevision{}, ownerOfPod, builder.WithPredicates(revisionMattersToUpgrade(), wakes("upgrade", "ControllerRevision"))).
 		Watches(&appsv1.DaemonSet{}, driverOfDS, builder.WithPredicates(daemonSetMattersToUpgrade(), wakes("upgrade", "DaemonSet"))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer, reads: reads}))
+		Complete(gate("upgrade", &UpgradeReconciler{Client: c, APIReader: mgr.GetAPIReader(), Pods: pods, Recorder: mgr.GetEventRecorder(FieldManager), Options: opts, pacer: pacer, reads: reads}, opts.Busy))
 }
