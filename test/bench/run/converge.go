@@ -148,8 +148,9 @@ func (e *env) converge() error {
 		}
 	}
 	logf("converge passes run by controller (their time less API waits): %v", passes)
-	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses; node listings: %.0f listed, %.0f reused", reconciles,
+	logf("converge reconciles by controller: %v; shared plan: %.0f hits, %.0f misses, %.0f joined; node listings: %.0f listed, %.0f reused", reconciles,
 		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "hit"}), m.sum("nvdriver_plan_cache_total", map[string]string{"result": "miss"}),
+		m.sum("nvdriver_plan_cache_total", map[string]string{"result": "joined"}),
 		m.sum("nvdriver_node_scans_total", map[string]string{"result": "listed"}), m.sum("nvdriver_node_scans_total", map[string]string{"result": "reused"}))
 	res.Values["converge_node_scans_reused"] = m.sum("nvdriver_node_scans_total", map[string]string{"result": "reused"})
 	nodeChanged := map[string]float64{}

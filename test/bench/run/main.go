@@ -314,8 +314,9 @@ func (e *env) firstStart() error {
 	res.Values["controller_go_sys_mib"] = m.sum("go_memstats_sys_bytes", nil) / (1 << 20)
 	res.Values["registry_checks_first_start"] = m.sum("nvdriver_registry_checks_total", nil)
 	logf("registry checks during the first start: %.0f (%.0f images pushed)", res.Values["registry_checks_first_start"], res.Values["registry_images"])
-	logf("controller after convergence: RSS %.0f MiB (peak %.0f; of it %.0f MiB file-backed: the binary's pages), heap in use %.0f MiB, Go runtime's memory %.0f MiB",
-		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_rss_file_mib"], res.Values["controller_heap_inuse_mib"], res.Values["controller_go_sys_mib"])
+	res.Values["controller_resting"] = m.sum("nvdriver_memory_resting", nil)
+	logf("controller after convergence: RSS %.0f MiB (peak %.0f; of it %.0f MiB file-backed: the binary's pages), heap in use %.0f MiB, Go runtime's memory %.0f MiB, resting %.0f",
+		res.Values["controller_rss_mib"], res.Values["controller_peak_rss_mib"], res.Values["controller_rss_file_mib"], res.Values["controller_heap_inuse_mib"], res.Values["controller_go_sys_mib"], res.Values["controller_resting"])
 	e.ctrl.heapProfile(fmt.Sprintf("bench-results/heap-%d.pprof", *nodesN))
 	return nil
 }
@@ -425,6 +426,14 @@ func (e *env) idle() error {
 	res.Values["idle_log_bytes_per_hour"] = median(logBytes)
 	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores, %.0f log bytes/hour",
 		*idle, sum(writes), sum(leaseWrites), median(reqs), median(cpu), median(logBytes))
+	// The controller here is the last cold start's, converged and idle
+	// for the whole window.
+	m := e.ctrl.scrape()
+	res.Values["idle_rss_mib"] = e.ctrl.rssMiB()
+	res.Values["idle_heap_inuse_mib"] = m.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
+	res.Values["idle_resting"] = m.sum("nvdriver_memory_resting", nil)
+	logf("controller after the idle window: RSS %.0f MiB, heap in use %.0f MiB, resting %.0f (%.0f rests since it started)",
+		res.Values["idle_rss_mib"], res.Values["idle_heap_inuse_mib"], res.Values["idle_resting"], m.sum("nvdriver_memory_rests_total", nil))
 	e.ctrl.cpuProfile(fmt.Sprintf("bench-results/idle-cpu-%d.pprof", *nodesN), 20*time.Second)
 	return nil
 }
@@ -474,6 +483,11 @@ func (e *env) moveLatency() error {
 	res.Values["move_latency_p99_ms"] = percentile(lat, 99) * 1000
 	res.Values["moves"] = float64(len(lat))
 	logf("move latency over %d moves: p50 %.0f ms, p99 %.0f ms", len(lat), res.Values["move_latency_p50_ms"], res.Values["move_latency_p99_ms"])
+	var tail []string
+	for _, l := range lat[max(len(lat)-5, 0):] {
+		tail = append(tail, fmt.Sprintf("%.0f", l*1000))
+	}
+	logf("the slowest moves (ms): %s", strings.Join(tail, ", "))
 	if err := e.waitAllReady(20 * time.Minute); err != nil {
 		return err
 	}

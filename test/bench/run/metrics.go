@@ -181,6 +181,13 @@ func passesBetween(phase string, m0, m1 metricsText) string {
 		res.Values[phase+"_passes_"+c] = n
 		parts = append(parts, fmt.Sprintf("%s %.0f passes at %.1f ms, %.0f deferred", c, n, secs/max(n, 1)*1000, deferred))
 	}
+	plans := map[string]float64{}
+	for _, r := range []string{"hit", "miss", "joined"} {
+		match := map[string]string{"result": r}
+		plans[r] = m1.sum("nvdriver_plan_cache_total", match) - m0.sum("nvdriver_plan_cache_total", match)
+		res.Values[phase+"_plan_"+r] = plans[r]
+	}
+	parts = append(parts, fmt.Sprintf("shared plan %.0f computed, %.0f joined, %.0f hits", plans["miss"], plans["joined"], plans["hit"]))
 	return strings.Join(parts, "; ")
 }
 

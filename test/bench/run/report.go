@@ -32,6 +32,7 @@ func (e *env) report() {
 	fmt.Printf("| controller first start (labels every node) → every CR reconciled, every node owned | %.1f s (all CRs ready incl. kube's pod creation: %.1f s) | |\n", v["first_start_seconds"], v["first_start_all_ready_seconds"])
 	fmt.Printf("| controller cold start (restart, converged) → every CR reconciled (median of %d) | %.2f s (max %.2f s) | target ≤ 10 s |\n", *runs, v["cold_start_seconds"], v["cold_start_max_seconds"])
 	fmt.Printf("| controller RSS after convergence | %.0f MiB (peak %.0f MiB), heap in use %.0f MiB | target ≤ 100 MiB |\n", v["controller_rss_mib"], v["controller_peak_rss_mib"], v["controller_heap_inuse_mib"])
+	fmt.Printf("| controller RSS after the idle window (the last cold start's) | %.0f MiB, heap in use %.0f MiB, resting %.0f | target ≤ 100 MiB |\n", v["idle_rss_mib"], v["idle_heap_inuse_mib"], v["idle_resting"])
 	fmt.Printf("| idle %s: writes | %v (+ %v Lease renewals by leader election) | target 0 |\n", *idle, v["idle_writes"], v["idle_lease_writes"])
 	fmt.Printf("| idle: requests/s, CPU, log volume | %.2f req/s, %.4f cores, %.0f bytes/hour | targets ≤ 1 req/s, ≤ 0.01 core, ≤ 1 MB/hour |\n", v["idle_requests_per_second"], v["idle_cores"], v["idle_log_bytes_per_hour"])
 	fmt.Printf("| node move → move state (%v moves) | p50 %.0f ms, p99 %.0f ms | target p99 ≤ 1 s |\n", v["moves"], v["move_latency_p50_ms"], v["move_latency_p99_ms"])
