@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -30,9 +31,10 @@ import (
 // selector rather than namespace-limited (CacheOptions): controller-runtime's
 // informer for a namespace-limited cache does not expose its store.
 type cachedReads struct {
-	nodes toolscache.Indexer
-	pods  toolscache.Indexer
-	memo  nodeMemo // the nodes' facts
+	nodes      toolscache.Indexer
+	pods       toolscache.Indexer
+	daemonSets toolscache.Indexer // nil: read through the client
+	memo       nodeMemo           // the nodes' facts
 }
 
 // idxRunBy is our own index on the node informer (not a controller-runtime
@@ -82,7 +84,14 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cachedReads{nodes: nodes, pods: pods}, nil
+	// Read directly by the pod predicate, once per driver pod event: a
+	// client Get looks the informer up by the object's kind and copies the
+	// DaemonSet, which cost more than the rest of the predicate.
+	daemonSets, err := indexerOf(ctx, c, &appsv1.DaemonSet{}, toolscache.Indexers{})
+	if err != nil {
+		return nil, err
+	}
+	return &cachedReads{nodes: nodes, pods: pods, daemonSets: daemonSets}, nil
 }
 
 func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolscache.Indexers) (toolscache.Indexer, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -129,19 +132,21 @@ func TestSettledPod(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			b := fake.NewClientBuilder()
+			daemonSets := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 			if !c.noDS {
 				d := ds()
 				if c.ds != nil {
 					c.ds(d)
 				}
-				b = b.WithObjects(d)
+				if err := daemonSets.Add(d); err != nil {
+					t.Fatal(err)
+				}
 			}
 			p := rawDriverPod()
 			if c.pod != nil {
 				c.pod(p)
 			}
-			if got := settledPod(b.Build(), nodes)(cachedPod(p)); got != c.settled {
+			if got := settledPod(daemonSets, nodes)(cachedPod(p)); got != c.settled {
 				t.Errorf("settled = %v, want %v", got, c.settled)
 			}
 		})
@@ -371,5 +376,50 @@ func TestMachineLabelsChanged(t *testing.T) {
 				t.Errorf("wakes = %v, want %v", got, tc.wakes)
 			}
 		})
+	}
+}
+
+// samePodToMachine compares field by field: every metadata field trimPod
+// keeps must be one it compares, or a change to it would not wake the
+// machine.
+func TestSamePodToMachineComparesWhatTrimPodKeeps(t *testing.T) {
+	compared := map[string]bool{"Name": true, "Namespace": true, "UID": true, "Labels": true, "OwnerReferences": true,
+		"CreationTimestamp": true, "DeletionTimestamp": true, "ResourceVersion": true}
+	full := rawDriverPod()
+	now := metav1.Now()
+	full.UID, full.CreationTimestamp, full.DeletionTimestamp, full.DeletionGracePeriodSeconds = "pod-uid", now, &now, ptr.To[int64](30)
+	full.Annotations, full.Generation, full.Finalizers = map[string]string{"a": "b"}, 4, []string{"f"}
+	full.GenerateName, full.ManagedFields = "nvidia-gpu-driver-", []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	kept := reflect.ValueOf(cachedPod(full).ObjectMeta)
+	for i := 0; i < kept.NumField(); i++ {
+		if name := kept.Type().Field(i).Name; !kept.Field(i).IsZero() && !compared[name] {
+			t.Errorf("trimPod keeps %s, which samePodToMachine does not compare", name)
+		}
+	}
+	base := cachedPod(rawDriverPod())
+	for _, c := range []struct {
+		name   string
+		mutate func(*driverPod)
+	}{
+		{"name", func(p *driverPod) { p.Name = "other" }},
+		{"namespace", func(p *driverPod) { p.Namespace = "other" }},
+		{"UID", func(p *driverPod) { p.UID = "other" }},
+		{"created", func(p *driverPod) { p.CreationTimestamp = metav1.NewTime(now.Add(time.Second)) }},
+		{"owner controller flag", func(p *driverPod) {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds", UID: "u"}}
+		}},
+		{"owner added", func(p *driverPod) {
+			p.OwnerReferences = append(slices.Clone(p.OwnerReferences), metav1.OwnerReference{Kind: "X"})
+		}},
+		{"label removed", func(p *driverPod) { p.Labels = map[string]string{"pod-template-generation": "1"} }},
+	} {
+		n := *base
+		c.mutate(&n)
+		if samePodToMachine(base, &n) {
+			t.Errorf("%s: the same pod to the machine", c.name)
+		}
+	}
+	if n := *base; !samePodToMachine(base, &n) {
+		t.Error("a copy is not the same pod")
 	}
 }

@@ -499,7 +499,7 @@ func setupUpgrades(mgr ctrl.Manager, opts Options, driverOfDS handler.EventHandl
 		// until then (trackRollout) and sets no timer.
 		For(&v1alpha1.NVIDIADriver{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, specApplied()), wakes("upgrade", "NVIDIADriver"))).
 		WatchesRawSource(nodes.source(ownerOfNode, nodeMatters, wakes("upgrade", "Node"))).
-		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters(settledPod(c, reads.nodes)), wakes("upgrade", "Pod"))).
+		Watches(&corev1.Pod{}, ownerOfPod, builder.WithPredicates(driverPodMatters(settledPod(reads.daemonSets, reads.nodes)), wakes("upgrade", "Pod"))).
 		// Whether a pod is in sync is read from the DaemonSet's newest
 		// revision (an undo): a pass that ran while the revision cache lagged
 		// the DaemonSet (after an API server restart its watch may come back
