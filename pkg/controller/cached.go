@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
@@ -48,6 +50,10 @@ const (
 	idxPodController = "nvdriver.pod.controller"
 	idxPodNode       = "nvdriver.pod.node"
 )
+
+// idxDaemonSetOwner indexes the cached DaemonSets by the UID of the
+// NVIDIADriver that controls them.
+const idxDaemonSetOwner = "nvdriver.daemonset.owner"
 
 // newCachedReads adds our index to the cache's node informer and keeps its
 // indexer. It fails when the cache does not expose it.
@@ -87,7 +93,14 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	// Read directly by the pod predicate, once per driver pod event: a
 	// client Get looks the informer up by the object's kind and copies the
 	// DaemonSet, which cost more than the rest of the predicate.
-	daemonSets, err := indexerOf(ctx, c, &appsv1.DaemonSet{}, toolscache.Indexers{})
+	daemonSets, err := indexerOf(ctx, c, &appsv1.DaemonSet{}, toolscache.Indexers{idxDaemonSetOwner: func(obj any) ([]string, error) {
+		if o, ok := obj.(*appsv1.DaemonSet); ok {
+			if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "NVIDIADriver" && ref.APIVersion == v1alpha1.GroupVersion.String() {
+				return []string{string(ref.UID)}, nil
+			}
+		}
+		return nil, nil
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +121,17 @@ func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolsc
 		return nil, fmt.Errorf("the cache's informer for %T (%T) does not expose its store", obj, inf)
 	}
 	return si.GetIndexer(), nil
+}
+
+// daemonSetsOf are the cached DaemonSets in namespace that the CR of uid
+// controls, as the store holds them: read them, never change them.
+func (c *cachedReads) daemonSetsOf(namespace, uid string) ([]*appsv1.DaemonSet, error) {
+	objs, err := c.daemonSets.ByIndex(idxDaemonSetOwner, uid)
+	if err != nil {
+		return nil, err
+	}
+	out := typed[*appsv1.DaemonSet](objs)
+	return slices.DeleteFunc(out, func(ds *appsv1.DaemonSet) bool { return ds.Namespace != namespace }), nil
 }
 
 func (c *cachedReads) allNodes() []*corev1.Node { return typed[*corev1.Node](c.nodes.List()) }

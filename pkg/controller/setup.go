@@ -86,9 +86,13 @@ func CacheOptions(namespace string) cache.Options {
 	component, _ := labels.NewRequirement(render.LabelComponent, selection.In, render.DriverComponents)
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Node{}: {Transform: trimNode},
+		// Cluster-scoped with a namespace field selector, like the pods:
+		// the pod predicate and the driver's passes read the store directly
+		// (cachedReads); through the namespace-limited cache each read also
+		// looked up the kind's REST mapping.
 		&appsv1.DaemonSet{}: {
-			Namespaces: map[string]cache.Config{namespace: {}},
-			Label:      labels.NewSelector().Add(*req),
+			Field: fields.OneTermEqualSelector("metadata.namespace", namespace),
+			Label: labels.NewSelector().Add(*req),
 		},
 		// The driver DaemonSets' revisions (they carry the pod template's
 		// labels): which template hash is current, so a pod on a template
