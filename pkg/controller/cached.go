@@ -35,8 +35,8 @@ import (
 type cachedReads struct {
 	nodes      toolscache.Indexer
 	pods       toolscache.Indexer
-	daemonSets toolscache.Indexer // nil: read through the client
-	memo       nodeMemo           // the nodes' facts
+	daemonSets toolscache.Indexer
+	memo       nodeMemo // the nodes' facts
 }
 
 // idxRunBy is our own index on the node informer (not a controller-runtime
@@ -90,9 +90,10 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Read directly by the pod predicate, once per driver pod event: a
-	// client Get looks the informer up by the object's kind and copies the
-	// DaemonSet, which cost more than the rest of the predicate.
+	// Read directly by the pod predicate (once per driver pod event) and by
+	// the driver and upgrade passes: through the client, each read also
+	// looked up the kind's REST mapping, which cost more than the read
+	// (docs/design.md, "Node cache").
 	daemonSets, err := indexerOf(ctx, c, &appsv1.DaemonSet{}, toolscache.Indexers{idxDaemonSetOwner: func(obj any) ([]string, error) {
 		if o, ok := obj.(*appsv1.DaemonSet); ok {
 			if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "NVIDIADriver" && ref.APIVersion == v1alpha1.GroupVersion.String() {
@@ -132,6 +133,12 @@ func (c *cachedReads) daemonSetsOf(namespace, uid string) ([]*appsv1.DaemonSet, 
 	}
 	out := typed[*appsv1.DaemonSet](objs)
 	return slices.DeleteFunc(out, func(ds *appsv1.DaemonSet) bool { return ds.Namespace != namespace }), nil
+}
+
+// daemonSetsIn are the cached driver DaemonSets in namespace, as the store
+// holds them.
+func (c *cachedReads) daemonSetsIn(namespace string) []*appsv1.DaemonSet {
+	return slices.DeleteFunc(typed[*appsv1.DaemonSet](c.daemonSets.List()), func(ds *appsv1.DaemonSet) bool { return ds.Namespace != namespace })
 }
 
 func (c *cachedReads) allNodes() []*corev1.Node { return typed[*corev1.Node](c.nodes.List()) }

@@ -203,30 +203,17 @@ func (r *DriverReconciler) checkSecretEnv(ctx context.Context, d *v1alpha1.NVIDI
 
 // ownedDaemonSets lists the DaemonSets this CR controls, by name.
 func (r *DriverReconciler) ownedDaemonSets(ctx context.Context, d *v1alpha1.NVIDIADriver) (map[string]*appsv1.DaemonSet, error) {
-	// The cached objects, uncopied: a pass reads them and replaces (never
-	// changes) an entry it applies; one pass per CR on every node event made
-	// their deep copies a tenth of the controller's CPU while nodes move.
-	// Read from the informer's store where there is one: through the client,
-	// each List also looks up the kind's REST mapping, which allocated more
-	// than the rest of the read.
-	if r.plans != nil && r.plans.reads != nil && r.plans.reads.daemonSets != nil {
-		dss, err := r.plans.reads.daemonSetsOf(r.Options.Namespace, string(d.UID))
-		if err != nil {
-			return nil, fmt.Errorf("listing DaemonSets: %w", err)
-		}
-		out := make(map[string]*appsv1.DaemonSet, len(dss))
-		for _, ds := range dss {
-			out[ds.Name] = ds
-		}
-		return out, nil
-	}
-	list := &appsv1.DaemonSetList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(r.Options.Namespace), client.MatchingFields{ownerIndex: string(d.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+	// The cached objects, uncopied, from the informer's store: a pass reads
+	// them and replaces (never changes) an entry it applies; one pass per CR
+	// on every node event made their deep copies a tenth of the controller's
+	// CPU while nodes move.
+	dss, err := r.plans.reads.daemonSetsOf(r.Options.Namespace, string(d.UID))
+	if err != nil {
 		return nil, fmt.Errorf("listing DaemonSets: %w", err)
 	}
-	out := make(map[string]*appsv1.DaemonSet, len(list.Items))
-	for i := range list.Items {
-		out[list.Items[i].Name] = &list.Items[i]
+	out := make(map[string]*appsv1.DaemonSet, len(dss))
+	for _, ds := range dss {
+		out[ds.Name] = ds
 	}
 	return out, nil
 }

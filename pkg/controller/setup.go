@@ -71,8 +71,6 @@ func (o Options) imageGate(secrets client.Reader) (*imageGate, error) {
 	return &imageGate{mode: mode, checker: checker, secrets: secrets, namespace: o.Namespace}, nil
 }
 
-const ownerIndex = "metadata.ownerReferences.nvidiadriver"
-
 // podControllerIndex indexes the cached ControllerRevisions by their
 // DaemonSet's UID. Nodes and driver pods have indexes of their own
 // (cachedReads).
@@ -323,19 +321,10 @@ func labellerGate(l *NodeLabeler, busy func()) *gated {
 	return g
 }
 
-// registerIndexes adds the cache indexes the reconcilers look objects up by
-// through the client: DaemonSets by owning CR, ControllerRevisions by
-// DaemonSet.
+// registerIndexes adds the cache index the reconcilers look objects up by
+// through the client: ControllerRevisions by DaemonSet. DaemonSets, nodes
+// and driver pods are read through indexes of our own (cachedReads).
 func registerIndexes(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.DaemonSet{}, ownerIndex, func(o client.Object) []string {
-		ref := metav1.GetControllerOfNoCopy(o)
-		if ref == nil || ref.Kind != "NVIDIADriver" || ref.APIVersion != v1alpha1.GroupVersion.String() {
-			return nil
-		}
-		return []string{string(ref.UID)}
-	}); err != nil {
-		return err
-	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &appsv1.ControllerRevision{}, podControllerIndex, func(o client.Object) []string {
 		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "DaemonSet" {
 			return []string{string(ref.UID)}

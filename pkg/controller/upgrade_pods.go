@@ -30,12 +30,16 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 			movingIn[nodes[i].Name] = true
 		}
 	}
-	dss := &appsv1.DaemonSetList{}
-	opts := []client.ListOption{client.InNamespace(r.Options.Namespace), client.UnsafeDisableDeepCopy} // read only
+	// The cache's own objects (read only): this CR's DaemonSets, or every
+	// driver DaemonSet when nodes move in from other CRs.
+	var dss []*appsv1.DaemonSet
+	var err error
 	if len(movingIn) == 0 {
-		opts = append(opts, client.MatchingFields{ownerIndex: string(d.UID)})
+		dss, err = r.reads.daemonSetsOf(r.Options.Namespace, string(d.UID))
+	} else {
+		dss = r.reads.daemonSetsIn(r.Options.Namespace)
 	}
-	if err := r.Client.List(ctx, dss, opts...); err != nil {
+	if err != nil {
 		return nil, nil, err
 	}
 	// What the pods are judged against, per DaemonSet: one lookup per pod.
@@ -47,8 +51,8 @@ func (r *UpgradeReconciler) driverPods(ctx context.Context, d *v1alpha1.NVIDIADr
 		pending bool   // its template not yet observed
 	}
 	info := map[types.UID]*dsInfo{}
-	for _, ds := range dss.Items {
-		ref := metav1.GetControllerOfNoCopy(&ds)
+	for _, ds := range dss {
+		ref := metav1.GetControllerOfNoCopy(ds)
 		switch {
 		case ref != nil && ref.UID == d.UID:
 			in := &dsInfo{ours: true, gen: ds.Annotations[templateGenerationAnnotation],
