@@ -205,6 +205,14 @@ func TestDaemonSetMattersToUpgrade(t *testing.T) {
 	}
 }
 
+func annotated(n *corev1.Node, k, v string) *corev1.Node {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[k] = v
+	return n
+}
+
 // The node labeller sleeps through the upgrade machine's state writes on
 // nodes that keep their owner, and wakes for everything else it reads.
 func TestLabellerNodeChanged(t *testing.T) {
@@ -234,6 +242,12 @@ func TestLabellerNodeChanged(t *testing.T) {
 		{"the owner changed", node("gold", "upgrade-done"), node("silver", "upgrade-done"), nil, true},
 		{"a selection label with the state", node("gold", "upgrade-done", "tier", "a"), node("gold", "upgrade-required", "tier", "b"), nil, true},
 		{"a state a CR selects by", node("gold", "upgrade-required"), node("gold", "upgrade-done"), map[string]string{plan.LabelUpgradeState: "upgrade-done"}, true},
+		{"a step with the machine's annotations", node("gold", "cordon-required"),
+			annotated(node("gold", "wait-for-jobs-required"), upgrade.AnnotationStateSince, "2026-12-07T00:00:00Z"), nil, false},
+		{"a move asked for with the state", node("gold", "upgrade-done"),
+			annotated(node("gold", "upgrade-required"), upgrade.AnnotationMoveTo, "silver"), nil, true},
+		{"a move called off", annotated(node("gold", "cordon-required"), upgrade.AnnotationMoveTo, "silver"),
+			node("gold", "uncordon-required"), nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

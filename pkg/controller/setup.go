@@ -198,7 +198,8 @@ func nodeChanged(c client.Client) predicate.Funcs {
 }
 
 // labellerNodeChanged drops, for the node labeller, updates that change
-// only the upgrade state of a node that has an owner, before and after:
+// only the upgrade state (and annotations other than the move's) of a node
+// that has an owner, before and after:
 // the upgrade machine writes it at every step of every node, and the
 // labeller reads it only on nodes without an owner (to release them) or
 // when a CR selects nodes by it (docs/design.md, "What wakes a pass").
@@ -210,8 +211,11 @@ func labellerNodeChanged(c client.Client) predicate.Funcs {
 				o[plan.LabelUpgradeState] == n[plan.LabelUpgradeState] || !onlyOwnerOrStateChanged(o, n) {
 				return true
 			}
-			if !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) {
-				return true // a move's annotation
+			// Of an owned node's annotations it reads the move's only: the
+			// machine writes its own (the state's start, a step's) with
+			// every step, and each woke a pass over every node.
+			if e.ObjectOld.GetAnnotations()[upgrade.AnnotationMoveTo] != e.ObjectNew.GetAnnotations()[upgrade.AnnotationMoveTo] {
+				return true
 			}
 			return someCRSelectsOn(c, func(k string) bool { return k == plan.LabelUpgradeState }, false)
 		},
