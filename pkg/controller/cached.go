@@ -131,14 +131,19 @@ func (c *cachedReads) daemonSetsOf(namespace, uid string) ([]*appsv1.DaemonSet, 
 	if err != nil {
 		return nil, err
 	}
-	out := typed[*appsv1.DaemonSet](objs)
-	return slices.DeleteFunc(out, func(ds *appsv1.DaemonSet) bool { return ds.Namespace != namespace }), nil
+	return inNamespace(typed[*appsv1.DaemonSet](objs), namespace), nil
 }
 
 // daemonSetsIn are the cached driver DaemonSets in namespace, as the store
 // holds them.
 func (c *cachedReads) daemonSetsIn(namespace string) []*appsv1.DaemonSet {
-	return slices.DeleteFunc(typed[*appsv1.DaemonSet](c.daemonSets.List()), func(ds *appsv1.DaemonSet) bool { return ds.Namespace != namespace })
+	return inNamespace(typed[*appsv1.DaemonSet](c.daemonSets.List()), namespace)
+}
+
+// inNamespace keeps the DaemonSets of namespace (the cache's field selector
+// already does; a store shared with another namespace's controller would not).
+func inNamespace(dss []*appsv1.DaemonSet, namespace string) []*appsv1.DaemonSet {
+	return slices.DeleteFunc(dss, func(ds *appsv1.DaemonSet) bool { return ds.Namespace != namespace })
 }
 
 func (c *cachedReads) allNodes() []*corev1.Node { return typed[*corev1.Node](c.nodes.List()) }

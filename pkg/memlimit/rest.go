@@ -101,11 +101,11 @@ func (r *Rest) check() {
 		return
 	}
 	// Outside the lock: a pass that starts meanwhile switches back at once.
+	free := debug.FreeOSMemory
 	if r.freeOSMemory != nil {
-		r.freeOSMemory()
-	} else {
-		debug.FreeOSMemory()
+		free = r.freeOSMemory
 	}
+	free()
 }
 
 func (r *Rest) startResting() bool {
