@@ -122,10 +122,7 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 
-	ps, err := r.observe(ctx, policy, nodes, facts, pods, podObjs)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	ps := r.observe(policy, nodes, facts, pods, podObjs)
 	gate, err := r.trackRollout(ctx, d, ps, policy, now)
 	if errors.Is(err, errStatusConflict) {
 		return ctrl.Result{RequeueAfter: cacheCatchUp}, nil
@@ -144,17 +141,16 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return res, err
 }
 
-// pass is what one pass of the machine observed: its inputs per node, the
-// nodes and driver pods by node name, and the pods listed on the nodes that
-// needed it (with those the drain helper chose to evict), reused by the
-// actions the pass decides.
+// pass is what one pass of the machine observed: its inputs per node and
+// the nodes and driver pods by node name. The pods on a node are not in it:
+// those are listed by the node's own step (carryOut).
 type pass struct {
-	inputs    []upgrade.Node
-	nodes     []*corev1.Node // nodes[i] is inputs[i]'s
-	index     map[string]int // by name, made on first need (at)
-	podObjs   map[string]*driverPod
-	listed    map[string][]corev1.Pod
-	evictable map[string][]corev1.Pod
+	inputs  []upgrade.Node
+	nodes   []*corev1.Node // nodes[i] is inputs[i]'s
+	index   map[string]int // by name, made on first need (at)
+	podObjs map[string]*driverPod
+	// listPods[i]: node i's decision reads the pods on it (needsPods).
+	listPods []bool
 }
 
 // at is the position of the named node in inputs and nodes; the index is
@@ -169,16 +165,10 @@ func (ps *pass) at(name string) int {
 	return ps.index[name]
 }
 
-// observe builds the machine's inputs: each node's state, and the pods on
-// the nodes whose step reads them.
-func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, nodes []*corev1.Node, facts []*nodeFact, pods map[string]*upgrade.DriverPod, podObjs map[string]*driverPod) (*pass, error) {
-	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), nodes: nodes, podObjs: podObjs,
-		listed: map[string][]corev1.Pod{}, evictable: map[string][]corev1.Pod{}}
-	// Nodes mid-upgrade need the pods on them (uncached, per node): read
-	// concurrently, so a pass at maxParallelUpgrades 100 is not 100 round trips long.
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(passWorkers)
-	var podsMu sync.Mutex
+// observe builds the machine's inputs from the caches: each node's state
+// and driver pod, and which nodes need their pods listed.
+func (r *UpgradeReconciler) observe(policy upgrade.Policy, nodes []*corev1.Node, facts []*nodeFact, pods map[string]*upgrade.DriverPod, podObjs map[string]*driverPod) *pass {
+	ps := &pass{inputs: make([]upgrade.Node, len(nodes)), nodes: nodes, podObjs: podObjs, listPods: make([]bool, len(nodes))}
 	for i, n := range nodes {
 		in := upgrade.Node{
 			Name: n.Name, State: facts[i].state, Skip: facts[i].skip,
@@ -191,18 +181,9 @@ func (r *UpgradeReconciler) observe(ctx context.Context, policy upgrade.Policy, 
 			}
 		}
 		ps.inputs[i] = in
-		if !r.needsPods(in, policy) {
-			continue
-		}
-		g.Go(func() error {
-			defer excludeFromCost(ctx)()
-			return r.observePods(gctx, ps, i, policy, &podsMu)
-		})
+		ps.listPods[i] = !in.Skip && r.needsPods(in, policy)
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return ps, nil
+	return ps
 }
 
 // needsPods: the pods on a node are listed (uncached, per node) only where
@@ -254,33 +235,27 @@ func (r *UpgradeReconciler) recheckDue(node string) bool {
 	return true
 }
 
-// observePods reads the pods on node i of the pass and fills what its
-// state's decision needs: validators, GPU pods and what may remove them,
-// job pods.
-func (r *UpgradeReconciler) observePods(ctx context.Context, ps *pass, i int, policy upgrade.Policy, mu *sync.Mutex) error {
-	in := &ps.inputs[i]
+// observePods lists the pods on the node of in and fills what its state's
+// decision needs: validators, GPU pods and what may remove them, job pods.
+// It returns the pods the step may evict.
+func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, policy upgrade.Policy) (evictable []corev1.Pod, err error) {
 	onNode, err := r.podsOnNode(ctx, in.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	mu.Lock()
-	ps.listed[in.Name] = onNode
-	mu.Unlock()
 	if in.State == upgrade.StateValidation {
 		in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
-		return nil
+		return nil, nil
 	}
 	targets := stepTargets(onNode, in.State, policy.Drain)
 	in.GPUPods = len(targets)
 	if (in.State == upgrade.StatePodDeletion || in.State == upgrade.StateDrain) && len(targets) > 0 {
 		rm, err := r.plannedRemoval(ctx, in.Name, in.State, policy, targets)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		in.Refused = rm.refused
-		mu.Lock()
-		ps.evictable[in.Name] = rm.evict
-		mu.Unlock()
+		evictable = rm.evict
 	}
 	if in.State == upgrade.StateDrain {
 		// The driver never restarts under a GPU pod: one the drain's
@@ -296,11 +271,17 @@ func (r *UpgradeReconciler) observePods(ctx context.Context, ps *pass, i int, po
 	if v, ok := r.refusals.Load(in.Name); ok {
 		in.EvictionRefused = v.(string)
 	}
-	return nil
+	return evictable, nil
 }
 
 // carryOut decides and carries out the pass, each node's decision
 // concurrently; it asks to run again while any node is in the machine.
+//
+// A node whose decision reads the pods on it is decided by its own step,
+// once they are listed (upgrade.Step: its decision depends on it alone),
+// and the others at once: no node waits for another node's listing
+// (docs/design.md, "One node's step"). The budget's entries are Decide's,
+// and read no pods.
 func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriver, ps *pass, policy upgrade.Policy, now, passStart time.Time) (ctrl.Result, error) {
 	busy := false
 	var (
@@ -308,31 +289,66 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		firstErr error
 		exec     errgroup.Group
 	)
-	exec.SetLimit(passWorkers)
-	for _, dec := range upgrade.Decide(ps.inputs, policy, now) {
-		// A node the rollout holds waits for an event (a resume, a spec
-		// change, a node finishing), not for a timer: a paused rollout costs
-		// nothing while it waits.
-		if upgrade.InProgress(dec.To) || (dec.To == upgrade.StateRequired && ps.inputs[ps.at(dec.Node)].Held == "") {
-			busy = true
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
 		}
+		mu.Unlock()
+	}
+	exec.SetLimit(passWorkers)
+	carry := func(dec upgrade.Decision, evictable []corev1.Pod) {
+		node := ps.nodes[ps.at(dec.Node)]
+		if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], evictable, dec); err != nil {
+			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
+			fail(err)
+			return
+		}
+		upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
+	}
+	// A node the rollout holds waits for an event (a resume, a spec
+	// change, a node finishing), not for a timer: a paused rollout costs
+	// nothing while it waits.
+	keepsBusy := func(dec upgrade.Decision, i int) {
+		if upgrade.InProgress(dec.To) || (dec.To == upgrade.StateRequired && ps.inputs[i].Held == "") {
+			mu.Lock()
+			busy = true
+			mu.Unlock()
+		}
+	}
+	var listing []int
+	for _, dec := range upgrade.Decide(ps.inputs, policy, now) {
+		i := ps.at(dec.Node)
+		if ps.listPods[i] {
+			listing = append(listing, i) // decided below, with its pods
+			continue
+		}
+		keepsBusy(dec, i)
 		if !dec.Changed() {
 			continue
 		}
-		node := ps.nodes[ps.at(dec.Node)]
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
-			if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], ps.listed[dec.Node], ps.evictable[dec.Node], dec); err != nil {
-				log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
+			carry(dec, nil)
+			return nil
+		})
+	}
+	for _, i := range listing {
+		exec.Go(func() error {
+			defer excludeFromCost(ctx)()
+			in := ps.inputs[i] // a copy: the listing fills it
+			evictable, err := r.observePods(ctx, &in, policy)
+			if err != nil {
+				// Not decided: it runs again soon (an error requeues).
+				fail(fmt.Errorf("pods on %s: %w", in.Name, err))
 				return nil
 			}
-			upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
+			dec := upgrade.Step(in, policy, now)
+			keepsBusy(dec, i)
+			if dec.Changed() {
+				carry(dec, evictable)
+			}
 			return nil
 		})
 	}
@@ -346,7 +362,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done),
 // then the Events.
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dpod *driverPod, onNode, evictable []corev1.Pod, dec upgrade.Decision) error {
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dpod *driverPod, evictable []corev1.Pod, dec upgrade.Decision) error {
 	// Patches update node in place with the server's answer: a new
 	// resourceVersion means we wrote it.
 	pre := node.ResourceVersion

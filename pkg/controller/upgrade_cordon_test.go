@@ -55,7 +55,7 @@ func TestCordonGoesWithTheState(t *testing.T) {
 			}).Build()
 			r := &UpgradeReconciler{Client: c, Recorder: &events.FakeRecorder{}}
 			d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
-			if err := r.execute(context.Background(), d, node.DeepCopy(), nil, nil, nil, tc.dec); err != nil {
+			if err := r.execute(context.Background(), d, node.DeepCopy(), nil, nil, tc.dec); err != nil {
 				t.Fatal(err)
 			}
 			if len(patches) != tc.wantPatches {

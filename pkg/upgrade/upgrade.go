@@ -354,20 +354,42 @@ func Decide(nodes []Node, p Policy, now time.Time) []Decision {
 			out = append(out, d)
 			continue
 		}
-		next(&d, n, p, now)
-		clearFailure(&d, n)
-		out = append(out, d)
+		out = append(out, Step(n, p, now))
 	}
 	for i := range out {
-		// Written with the state, in the same patch: no request of its own.
-		if d := &out[i]; d.From != d.To {
-			d.Annotate(AnnotationStateSince, stamp(now))
-			if d.To == StateUnknown {
-				d.Annotate(AnnotationStateSince, "")
-			}
-		}
+		stampSince(&out[i], now)
 	}
 	return out
+}
+
+// Step is Decide's decision for a node that is not entering the machine
+// (any state but upgrade-required): it depends on that node alone, not on
+// the budget or the other nodes. The controller decides with it each node
+// whose pods it lists as soon as they are listed, so one node's step never
+// waits for another node's listing (docs/design.md, "One node's step").
+// A skipped node, or one waiting to enter, gets no change: those are
+// Decide's.
+func Step(n Node, p Policy, now time.Time) Decision {
+	d := Decision{Node: n.Name, From: n.State, To: n.State}
+	if n.Skip || n.State == StateRequired {
+		return d
+	}
+	next(&d, n, p, now)
+	clearFailure(&d, n)
+	stampSince(&d, now)
+	return d
+}
+
+// stampSince records when a node changes state, written with the state in
+// the same patch: no request of its own. Stamping twice is harmless (the
+// same value).
+func stampSince(d *Decision, now time.Time) {
+	if d.From != d.To {
+		d.Annotate(AnnotationStateSince, stamp(now))
+		if d.To == StateUnknown {
+			d.Annotate(AnnotationStateSince, "")
+		}
+	}
 }
 
 // restartOnly: the node may take the restart-only path. Not for a move (the

@@ -135,6 +135,13 @@ func TestNext(t *testing.T) {
 			}
 			ds := Decide([]Node{tc.node}, tc.policy, now)
 			d := ds[0]
+			if tc.node.State != StateRequired {
+				// Decided alone, as the controller decides a node once the
+				// pods on it are listed: the same decision.
+				if s := Step(tc.node, tc.policy, now); !reflect.DeepEqual(s, d) {
+					t.Errorf("Step %+v, Decide %+v", s, d)
+				}
+			}
 			if d.To != tc.to {
 				t.Errorf("to %q, want %q", d.To, tc.to)
 			}
@@ -375,5 +382,48 @@ func TestByName(t *testing.T) {
 	}
 	if unsorted[0].Name != "c" {
 		t.Error("the caller's slice was reordered")
+	}
+}
+
+// TestStepIsDecideOfOneNode: in a pass whose budget is spent, and with
+// skipped and waiting nodes around, every node not entering the machine is
+// decided by Step alone exactly as Decide decides it; a skipped or waiting
+// node gets no change from Step.
+func TestStepIsDecideOfOneNode(t *testing.T) {
+	p := defaults()
+	p.MaxParallelUpgrades = 1
+	nodes := []Node{
+		{Name: "a", State: StateCordon},
+		{Name: "b", State: StatePodDeletion, GPUPods: 2},
+		{Name: "c", State: StatePodRestart, DriverPod: fresh},
+		{Name: "d", State: StateValidation, DriverPod: fresh, ValidatorsPending: true},
+		{Name: "e", State: StateUncordon, Unschedulable: true},
+		{Name: "f", State: StateRequired, DriverPod: stale},
+		{Name: "g", State: StateDone, DriverPod: stale},
+		{Name: "h", State: StatePodDeletion, Skip: true},
+		{Name: "i", State: StateFailed, DriverPod: fresh, Annotations: map[string]string{AnnotationFailure: "x"}},
+	}
+	for i := range nodes {
+		if nodes[i].Annotations == nil {
+			nodes[i].Annotations = map[string]string{}
+		}
+	}
+	for _, d := range Decide(nodes, p, now) {
+		var n Node
+		for _, c := range nodes {
+			if c.Name == d.Node {
+				n = c
+			}
+		}
+		s := Step(n, p, now)
+		if n.Skip || n.State == StateRequired {
+			if s.Changed() {
+				t.Errorf("%s: Step changed a node that is Decide's alone: %+v", n.Name, s)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(s, d) {
+			t.Errorf("%s: Step %+v, Decide %+v", n.Name, s, d)
+		}
 	}
 }
