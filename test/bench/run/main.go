@@ -543,6 +543,7 @@ func (e *env) patchDefault(want int) error {
 	m0 := e.ctrl.scrape()
 	reg0 := e.reg.Requests.Load()
 	patch := fmt.Sprintf(`{"spec":{"version":"`+rolloutVersion+`","upgradePolicy":{"maxParallelUpgrades":%d,"maxUnavailable":"100%%"}}}`, *rollP)
+	cpu0, ctrl0 := sampleCPU(), e.ctrl.cpuSeconds()
 	t1 := time.Now()
 	d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 	if err := e.c.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
@@ -559,6 +560,7 @@ func (e *env) patchDefault(want int) error {
 		return err
 	}
 	res.Values["rollout_seconds"] = time.Since(t1).Seconds()
+	cpu1, ctrl1 := sampleCPU(), e.ctrl.cpuSeconds()
 	m1 := e.ctrl.scrape()
 	res.Values["registry_checks_rollout"] = m1.sum("nvdriver_registry_checks_total", nil) - m0.sum("nvdriver_registry_checks_total", nil)
 	res.Values["registry_requests_rollout"] = float64(e.reg.Requests.Load() - reg0)
@@ -587,8 +589,19 @@ func (e *env) patchDefault(want int) error {
 	res.Values["rollout_rate_limiter_p95_ms"] = limiter.quantile(0.95) * 1000
 	logf("rollout: %.0f API requests by the controller, answered in p50 %.0f ms p95 %.0f ms (PATCH p50 %.0f ms p95 %.0f ms); client rate limiter wait p95 %.1f ms",
 		api.count(), res.Values["rollout_api_p50_ms"], res.Values["rollout_api_p95_ms"], res.Values["rollout_patch_p50_ms"], res.Values["rollout_patch_p95_ms"], res.Values["rollout_rate_limiter_p95_ms"])
+	logf("rollout: requests by method %v; writes %v", countsBetween(m0, m1, "rest_client_requests_total", "method"),
+		countsBetween(m0, m1, "nvdriver_api_writes_total", "verb", "resource"))
 	logf("rollout: %s", passesBetween("rollout", m0, m1))
 	logf("rollout: mean time per node in each state (nodes): %s", stateTimes("rollout", m0, m1))
 	logf("rollout: transition latency p50/p95 by the state entered (transitions): %s", transitionsByState("rollout", m0, m1))
+	// The first pass marks every node upgrade-required at once (NVIDIA's
+	// machine does too): a burst of a node patch per node, as fast as the
+	// API server takes them. The steps after it go a budget at a time.
+	steps := h.minus(histBetween(m0, m1, "nvdriver_upgrade_transition_seconds", "to", upgrade.StateRequired))
+	res.Values["rollout_step_p50_ms"] = steps.quantile(0.5) * 1000
+	res.Values["rollout_step_p95_ms"] = steps.quantile(0.95) * 1000
+	logf("rollout: the machine's steps after the marking (every transition but into upgrade-required): %.0f, p50 %.0f ms p95 %.0f ms",
+		steps.count(), res.Values["rollout_step_p50_ms"], res.Values["rollout_step_p95_ms"])
+	logf("rollout: where the machine's CPU went, in cores: %s", cpuBetween("rollout", cpu0, cpu1, ctrl1-ctrl0, res.Values["rollout_seconds"]))
 	return nil
 }

@@ -231,3 +231,29 @@ func transitionsByState(phase string, m0, m1 metricsText) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// countsBetween is a counter's increase between two scrapes, summed by the
+// values of the given labels ("PATCH nodes" for verb, resource).
+func countsBetween(m0, m1 metricsText, name string, keys ...string) map[string]float64 {
+	out := map[string]float64{}
+	add := func(m metricsText, sign float64) {
+		for _, s := range m {
+			if s.name != name {
+				continue
+			}
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = s.labels[k]
+			}
+			out[strings.Join(parts, " ")] += sign * s.value
+		}
+	}
+	add(m1, 1)
+	add(m0, -1)
+	for k, v := range out {
+		if v == 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}

@@ -39,6 +39,10 @@ func (e *env) report() {
 	fmt.Printf("| CPU per 1,000 reconciles (during the moves) | %.2f s | |\n", v["cpu_seconds_per_1000_reconciles"])
 	fmt.Printf("| rollout of %.0f nodes at maxParallelUpgrades %d | %.1f s; %v transitions, controller latency p50 %.1f ms, p95 %.1f ms (queue wait p50 %.1f, p95 %.1f ms) | target p95 ≤ 1 s; NVIDIA ~2 min per node |\n",
 		v["rollout_nodes"], *rollP, v["rollout_seconds"], v["rollout_transitions"], v["transition_p50_ms"], v["transition_p95_ms"], v["queue_wait_p50_ms"], v["queue_wait_p95_ms"])
+	fmt.Printf("| the same rollout: its steps after the first pass's marking (every transition but into upgrade-required); the API server's answers | p50 %.0f ms, p95 %.0f ms; PATCH answered p50 %.0f ms, p95 %.0f ms | |\n",
+		v["rollout_step_p50_ms"], v["rollout_step_p95_ms"], v["rollout_patch_p50_ms"], v["rollout_patch_p95_ms"])
+	fmt.Printf("| the same rollout: CPU in cores (machine busy; controller; kube-apiserver; etcd) | %.2f; %.3f; %.2f; %.2f | the cluster's time apart from the controller's |\n",
+		v["rollout_machine_busy_cores"], v["rollout_controller_cores"], v["rollout_cores_kube-apiserver"], v["rollout_cores_etcd"])
 	fmt.Printf("| registry image checks (loopback registry, %.0f images) | first start %.0f checks; rollout of %.0f nodes %.0f checks, %.0f requests | target: one per distinct image per check interval (the rollout has 4 new images) |\n",
 		v["registry_images"], v["registry_checks_first_start"], v["rollout_nodes"], v["registry_checks_rollout"], v["registry_requests_rollout"])
 }
