@@ -235,17 +235,23 @@ func (r *UpgradeReconciler) recheckDue(node string) bool {
 	return true
 }
 
+// stepPods are the pods a node's step listed on it, and of those the ones
+// it may evict. A step carried out without them (nil) listed none.
+type stepPods struct {
+	onNode, evictable []corev1.Pod
+}
+
 // observePods lists the pods on the node of in and fills what its state's
 // decision needs: validators, GPU pods and what may remove them, job pods.
-// It returns the pods the step may evict.
-func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, policy upgrade.Policy) (evictable []corev1.Pod, err error) {
+func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, policy upgrade.Policy) (*stepPods, error) {
 	onNode, err := r.podsOnNode(ctx, in.Name)
 	if err != nil {
 		return nil, err
 	}
+	sp := &stepPods{onNode: onNode}
 	if in.State == upgrade.StateValidation {
 		in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
-		return nil, nil
+		return sp, nil
 	}
 	targets := stepTargets(onNode, in.State, policy.Drain)
 	in.GPUPods = len(targets)
@@ -255,7 +261,7 @@ func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, p
 			return nil, err
 		}
 		in.Refused = rm.refused
-		evictable = rm.evict
+		sp.evictable = rm.evict
 	}
 	if in.State == upgrade.StateDrain {
 		// The driver never restarts under a GPU pod: one the drain's
@@ -271,7 +277,7 @@ func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, p
 	if v, ok := r.refusals.Load(in.Name); ok {
 		in.EvictionRefused = v.(string)
 	}
-	return evictable, nil
+	return sp, nil
 }
 
 // carryOut decides and carries out the pass, each node's decision
@@ -297,9 +303,9 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		mu.Unlock()
 	}
 	exec.SetLimit(passWorkers)
-	carry := func(dec upgrade.Decision, evictable []corev1.Pod) {
+	carry := func(dec upgrade.Decision, pods *stepPods) {
 		node := ps.nodes[ps.at(dec.Node)]
-		if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], evictable, dec); err != nil {
+		if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], pods, dec); err != nil {
 			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 			fail(err)
 			return
@@ -338,7 +344,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
 			in := ps.inputs[i] // a copy: the listing fills it
-			evictable, err := r.observePods(ctx, &in, policy)
+			pods, err := r.observePods(ctx, &in, policy)
 			if err != nil {
 				// Not decided: it runs again soon (an error requeues).
 				fail(fmt.Errorf("pods on %s: %w", in.Name, err))
@@ -347,7 +353,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 			dec := upgrade.Step(in, policy, now)
 			keepsBusy(dec, i)
 			if dec.Changed() {
-				carry(dec, evictable)
+				carry(dec, pods)
 			}
 			return nil
 		})
@@ -362,14 +368,14 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 // execute carries out one decision: actions first, then the state label and
 // annotations in one patch (so the state never runs ahead of what was done),
 // then the Events.
-func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dpod *driverPod, evictable []corev1.Pod, dec upgrade.Decision) error {
+func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADriver, node *corev1.Node, dpod *driverPod, pods *stepPods, dec upgrade.Decision) error {
 	// Patches update node in place with the server's answer: a new
 	// resourceVersion means we wrote it.
 	pre := node.ResourceVersion
 	defer func() {
 		r.written.wrote(node.Name, pre, node.ResourceVersion)
 	}()
-	done, unsched, err := r.runActions(ctx, node, dpod, evictable, dec)
+	done, unsched, err := r.runActions(ctx, node, dpod, pods, dec)
 	if err != nil || !done {
 		return err
 	}
@@ -387,7 +393,7 @@ func (r *UpgradeReconciler) execute(ctx context.Context, d *v1alpha1.NVIDIADrive
 // A cordon or uncordon that no later action waits for is not done here but
 // returned (unsched), for writeState to set with the state in one patch
 // (docs/design.md, "Cordon with the state").
-func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, dpod *driverPod, evictable []corev1.Pod, dec upgrade.Decision) (done bool, unsched *bool, err error) {
+func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, dpod *driverPod, pods *stepPods, dec upgrade.Decision) (done bool, unsched *bool, err error) {
 	for i, a := range dec.Actions {
 		var err error
 		switch a {
@@ -404,7 +410,9 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 		case upgrade.ActEvictGPUPods, upgrade.ActDrain:
 			// The machine decides to evict only after this pass's helper
 			// found every target removable (its Refused was empty).
-			err = r.evictPods(ctx, node.Name, evictable)
+			if pods != nil {
+				err = r.evictPods(ctx, node.Name, pods.evictable)
+			}
 		case upgrade.ActMove:
 			// Done in the metadata patch below, with the state, so the owner label
 			// and the machine's state change together.
@@ -412,10 +420,19 @@ func (r *UpgradeReconciler) runActions(ctx context.Context, node *corev1.Node, d
 			// Last look before the driver goes: no GPU pod may have arrived since
 			// the decision (the node is cordoned, but a bind can race the
 			// cordon). A restart-only change keeps its GPU pods by design.
+			// The step's own listing is that look when it has one: it was
+			// answered just before this call, with nothing waited for in
+			// between (docs/design.md, "One node's step"), and the decision
+			// to delete read it.
 			if !dec.RestartOnly {
-				onNode, lerr := r.podsOnNode(ctx, node.Name)
-				if lerr != nil {
-					return false, nil, lerr
+				var onNode []corev1.Pod
+				if pods != nil {
+					onNode = pods.onNode
+				} else {
+					var lerr error
+					if onNode, lerr = r.podsOnNode(ctx, node.Name); lerr != nil {
+						return false, nil, lerr
+					}
 				}
 				if len(gpuPods(onNode)) > 0 {
 					return false, nil, nil // the next pass sends the node back to pod-deletion-required

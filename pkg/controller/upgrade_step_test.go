@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -95,5 +97,90 @@ func TestAStepWaitsOnlyForItsOwnPods(t *testing.T) {
 	}
 	if s := stateOf("slow"); s != upgrade.StatePodRestart {
 		t.Errorf("slow is %q, want %q (no GPU pods on it)", s, upgrade.StatePodRestart)
+	}
+}
+
+// countingLister counts the pod listings per node.
+type countingLister struct {
+	client.Reader
+	mu    sync.Mutex
+	lists map[string]int
+}
+
+func (c *countingLister) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	if o.FieldSelector != nil {
+		if v, ok := o.FieldSelector.RequiresExactMatch("spec.nodeName"); ok {
+			c.mu.Lock()
+			c.lists[v]++
+			c.mu.Unlock()
+		}
+	}
+	return c.Reader.List(ctx, list, opts...)
+}
+
+// The driver pod's deletion reads the listing its step decided on, made
+// just before: one LIST per step, not two. A GPU pod in that listing keeps
+// the driver (the step sends the node back to pod deletion), and so does a
+// GPU pod the deletion's own last look finds when the step had no listing.
+func TestDriverPodDeletionReadsItsStepsListing(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		gpuPod     bool
+		wantState  string
+		wantDriver bool // the driver pod is still there
+	}{
+		{"empty node: deleted after one listing", false, upgrade.StatePodRestart, false},
+		{"a GPU pod landed: kept, back to pod deletion", true, upgrade.StatePodDeletion, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(scheme)
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{upgrade.LabelState: upgrade.StatePodRestart},
+				Annotations: map[string]string{}}, Spec: corev1.NodeSpec{Unschedulable: true}}
+			driver := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "driver", Namespace: "gpu", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+			objs := []client.Object{node, driver}
+			if tc.gpuPod {
+				objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"},
+					Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+						Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}})
+			}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+				WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+			lister := &countingLister{Reader: c, lists: map[string]int{}}
+			r := &UpgradeReconciler{Client: c, APIReader: lister, Recorder: &events.FakeRecorder{}}
+			policy := upgrade.PolicyFor(&v1alpha1.NVIDIADriverSpec{})
+			pods := map[string]*upgrade.DriverPod{"n1": {Name: "driver", InSync: false, Ready: true}}
+			podObjs := map[string]*driverPod{"n1": {ObjectMeta: metav1.ObjectMeta{Name: "driver", Namespace: "gpu", UID: "u1"}, NodeName: "n1"}}
+			ps := r.observe(policy, []*corev1.Node{node}, []*nodeFact{{state: upgrade.StatePodRestart, ready: true}}, pods, podObjs)
+			d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
+			if _, err := r.carryOut(context.Background(), d, ps, policy, time.Now(), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if n := lister.lists["n1"]; n != 1 {
+				t.Errorf("%d listings of the pods on n1, want 1", n)
+			}
+			err := c.Get(context.Background(), client.ObjectKeyFromObject(driver), &corev1.Pod{})
+			if tc.wantDriver != (err == nil) {
+				t.Errorf("driver pod there: %v, want %v", err == nil, tc.wantDriver)
+			}
+			got := &corev1.Node{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, got); err != nil {
+				t.Fatal(err)
+			}
+			if s := got.Labels[upgrade.LabelState]; s != tc.wantState {
+				t.Errorf("state %q, want %q", s, tc.wantState)
+			}
+
+			// Without a listing of its step, the deletion looks itself.
+			lister.lists = map[string]int{}
+			dec := upgrade.Decision{Node: "n1", From: upgrade.StatePodRestart, To: upgrade.StatePodRestart, Actions: []upgrade.Action{upgrade.ActDeleteDriverPod}}
+			if err := r.execute(context.Background(), d, got, podObjs["n1"], nil, dec); err != nil {
+				t.Fatal(err)
+			}
+			if n := lister.lists["n1"]; n != 1 {
+				t.Errorf("a deletion without its step's listing listed %d times, want 1", n)
+			}
+		})
 	}
 }
