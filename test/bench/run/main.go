@@ -407,10 +407,15 @@ func (e *env) idle() error {
 	e.ctrl.quiet(10 * time.Second)
 	slice := *idle / 5
 	var writes, leaseWrites, reqs, cpu, logBytes []float64
+	var first, last metricsText
 	for range 5 {
 		m0, c0, l0, t0 := e.ctrl.scrape(), e.ctrl.cpuSeconds(), e.ctrl.logSize(), time.Now()
+		if first == nil {
+			first = m0
+		}
 		time.Sleep(slice) // the measurement window itself, not a synchronisation
 		m1, c1, l1, el := e.ctrl.scrape(), e.ctrl.cpuSeconds(), e.ctrl.logSize(), time.Since(t0).Seconds()
+		last = m1
 		w := m1.sum("nvdriver_api_writes_total", nil) - m0.sum("nvdriver_api_writes_total", nil)
 		lw := m1.sum("nvdriver_api_writes_total", map[string]string{"resource": "leases"}) - m0.sum("nvdriver_api_writes_total", map[string]string{"resource": "leases"})
 		writes = append(writes, w-lw)
@@ -426,6 +431,12 @@ func (e *env) idle() error {
 	res.Values["idle_log_bytes_per_hour"] = median(logBytes)
 	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores, %.0f log bytes/hour",
 		*idle, sum(writes), sum(leaseWrites), median(reqs), median(cpu), median(logBytes))
+	if sum(writes) > 0 {
+		// What the controller wrote, and what woke it: the cluster (a
+		// DaemonSet's status, a node's) or its own writes coming back.
+		logf("idle: writes %v; passes woken by controller and source %v", countsBetween(first, last, "nvdriver_api_writes_total", "verb", "resource"),
+			countsBetween(first, last, "nvdriver_wakeups_total", "controller", "source"))
+	}
 	// The controller here is the last cold start's, converged and idle
 	// for the whole window.
 	m := e.ctrl.scrape()
