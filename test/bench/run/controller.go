@@ -96,15 +96,7 @@ func (p *controllerProc) peakRSSMiB() float64 { return p.procStatus("VmHWM") }
 
 // cpuSeconds is the process's user+system time.
 func (p *controllerProc) cpuSeconds() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	return statCPUSeconds(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 }
 
 func (p *controllerProc) logSize() int64 {
