@@ -303,8 +303,10 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		mu.Unlock()
 	}
 	exec.SetLimit(passWorkers)
-	carry := func(dec upgrade.Decision, pods *stepPods) {
-		node := ps.nodes[ps.at(dec.Node)]
+	// carry runs in the pass's goroutines: it takes the node's position,
+	// read from the index before they start.
+	carry := func(i int, dec upgrade.Decision, pods *stepPods) {
+		node := ps.nodes[i]
 		if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], pods, dec); err != nil {
 			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 			fail(err)
@@ -336,7 +338,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		// Each decision touches its own node only: carried out concurrently.
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
-			carry(dec, nil)
+			carry(i, dec, nil)
 			return nil
 		})
 	}
@@ -353,7 +355,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 			dec := upgrade.Step(in, policy, now)
 			keepsBusy(dec, i)
 			if dec.Changed() {
-				carry(dec, pods)
+				carry(i, dec, pods)
 			}
 			return nil
 		})
