@@ -26,15 +26,22 @@ type blockingLister struct {
 	release chan struct{}
 }
 
-func (b blockingLister) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+// podsListedOn is the node whose pods a LIST asks for ("" for any other LIST).
+func podsListedOn(opts []client.ListOption) string {
 	o := (&client.ListOptions{}).ApplyOptions(opts)
-	if o.FieldSelector != nil {
-		if v, ok := o.FieldSelector.RequiresExactMatch("spec.nodeName"); ok && v == b.node {
-			select {
-			case <-b.release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+	if o.FieldSelector == nil {
+		return ""
+	}
+	v, _ := o.FieldSelector.RequiresExactMatch("spec.nodeName")
+	return v
+}
+
+func (b blockingLister) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if podsListedOn(opts) == b.node {
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return b.Reader.List(ctx, list, opts...)
@@ -108,13 +115,10 @@ type countingLister struct {
 }
 
 func (c *countingLister) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	o := (&client.ListOptions{}).ApplyOptions(opts)
-	if o.FieldSelector != nil {
-		if v, ok := o.FieldSelector.RequiresExactMatch("spec.nodeName"); ok {
-			c.mu.Lock()
-			c.lists[v]++
-			c.mu.Unlock()
-		}
+	if v := podsListedOn(opts); v != "" {
+		c.mu.Lock()
+		c.lists[v]++
+		c.mu.Unlock()
 	}
 	return c.Reader.List(ctx, list, opts...)
 }
