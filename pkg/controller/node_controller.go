@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,12 +34,20 @@ type NodeLabeler struct {
 	// our write (ownWrites): a pass on the older copy would patch the node
 	// again (one node write in ten, while a fleet comes up).
 	written ownWrites
+
+	// moves times the moves this labeller starts (nvdriver_move_seconds),
+	// from the node events that woke it (labellerWakes).
+	moves moveClock
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	woken := r.moves.take() // before the cache is read (moveClock.take)
 	snap, p, err := r.plans.computeFresh(ctx, r.Client)
 	if err != nil {
+		for node, at := range woken {
+			r.moves.giveBack(node, at)
+		}
 		return ctrl.Result{}, err
 	}
 	running := r.nodesRunningDrivers()
@@ -52,12 +61,31 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 	}
 	c.releaseLeftNodes(snap, p)
 	c.moveOwners(ctx, snap, nodes, p, running)
-	if behind := r.holdBehind(snap, c); behind {
+	behind := r.holdBehind(snap, c)
+	err = r.patchNodes(ctx, c, snap)
+	r.timeMoves(c, woken)
+	if behind {
 		// Our own write is on its way to the cache; its event wakes a pass,
 		// but not always (an annotation alone is filtered), so look again.
-		return ctrl.Result{RequeueAfter: cacheCatchUp}, r.patchNodes(ctx, c, snap)
+		return ctrl.Result{RequeueAfter: cacheCatchUp}, err
 	}
-	return ctrl.Result{}, r.patchNodes(ctx, c, snap)
+	return ctrl.Result{}, err
+}
+
+// timeMoves observes the moves this pass wrote for the nodes an event woke
+// it for, and gives back to the next pass those it did not write (held
+// behind our own write, or a failed patch): that pass will.
+func (r *NodeLabeler) timeMoves(c *nodeChanges, woken map[string]time.Time) {
+	for node, at := range woken {
+		switch {
+		case !c.moves[node]:
+			// Nothing to move: the event woke the pass for something else.
+		case c.patched[node]:
+			r.moves.moved(woken, node)
+		default:
+			r.moves.giveBack(node, at)
+		}
+	}
 }
 
 // holdBehind drops the changes of nodes whose cached copy is still the one
@@ -80,10 +108,15 @@ func (r *NodeLabeler) holdBehind(snap *snapshot, c *nodeChanges) bool {
 type nodeChanges struct {
 	labels, annotations map[string]map[string]*string
 	uncordon            map[string]bool
+	// moves: the nodes, owned before, whose move these changes start (their
+	// owner label or move-to annotation); patched: the nodes whose patch
+	// went through (patchNodes). For the move clock.
+	moves, patched map[string]bool
 }
 
 func newNodeChanges() *nodeChanges {
-	return &nodeChanges{labels: map[string]map[string]*string{}, annotations: map[string]map[string]*string{}, uncordon: map[string]bool{}}
+	return &nodeChanges{labels: map[string]map[string]*string{}, annotations: map[string]map[string]*string{}, uncordon: map[string]bool{},
+		moves: map[string]bool{}, patched: map[string]bool{}}
 }
 
 // releaseLeftNodes hands back, as they were, the nodes that left every
@@ -129,6 +162,7 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 			// A driver runs here: swapping it under GPU jobs is what we never do.
 			// The upgrade machine cordons and empties the node, then moves it.
 			if moving != target {
+				c.moves[n.Name] = true
 				setAnnotation(c.annotations, n.Name, upgrade.AnnotationMoveTo, target)
 				if st := snap.fact(i).state; st == "" || st == upgrade.StateDone {
 					set(c.labels, n.Name, upgrade.LabelState, upgrade.StateRequired)
@@ -138,6 +172,7 @@ func (c *nodeChanges) moveOwners(ctx context.Context, snap *snapshot, nodes []pl
 		}
 		if have != "" {
 			log.FromContext(ctx).Info("moving node directly (no driver pod runs there)", "node", n.Name, "from", have, "to", want)
+			c.moves[n.Name] = true
 		}
 		if want == "" {
 			if _, ok := n.Labels[plan.LabelOwner]; ok {
@@ -209,6 +244,9 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 				if p, ok := pre[name]; ok {
 					r.written.wrote(name, p, node.ResourceVersion)
 				}
+				mu.Lock()
+				c.patched[name] = true
+				mu.Unlock()
 			}
 		}()
 	}

@@ -93,3 +93,26 @@ func TestNewNodeOwnerAndDoneInOnePatch(t *testing.T) {
 		}
 	}
 }
+
+// The move clock times moves only: a node that had an owner and is given
+// another (directly, or through the move-to annotation where a driver
+// runs) or none; not a new node's first owner.
+func TestMovesAreTheNodesThatHadAnOwner(t *testing.T) {
+	node := func(name, owner string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Labels: map[string]string{}}}
+		if owner != "" {
+			n.Labels[plan.LabelOwner] = owner
+		}
+		return n
+	}
+	snap := &snapshot{nodes: []*corev1.Node{
+		node("fresh", ""), node("direct", "silver"), node("driver-runs", "silver"), node("released", "silver"), node("stays", "gold"),
+	}}
+	p := plan.Plan{Owner: map[string]string{"fresh": "gold", "direct": "gold", "driver-runs": "gold", "stays": "gold"}}
+	c := newNodeChanges()
+	c.moveOwners(context.Background(), snap, snap.planNodes(), p, map[string]bool{"driver-runs": true, "stays": true})
+	want := map[string]bool{"direct": true, "driver-runs": true, "released": true}
+	if !maps.Equal(c.moves, want) {
+		t.Errorf("moves %v, want %v", c.moves, want)
+	}
+}

@@ -310,11 +310,28 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := setupDriverPodObjects(mgr, opts.Namespace); err != nil {
 		return err
 	}
+	labeller := &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
-		WatchesRawSource(nodes.source(nodesKey, nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
+		WatchesRawSource(nodes.source(labellerWakes(&labeller.moves), nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()), wakes("node-labels", "NVIDIADriver"))).
-		Complete(labellerGate(&NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}, opts.Busy))
+		Complete(labellerGate(labeller, opts.Busy))
+}
+
+// labellerWakes queues the labeller's one request for each node event that
+// passed its predicates, and tells the move clock of each update first, so
+// the pass that takes the request finds it there.
+func labellerWakes(moves *moveClock) handler.EventHandler {
+	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) { q.Add(nodeLabelsKey) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			moves.woke(e.ObjectNew.GetName())
+			q.Add(nodeLabelsKey)
+		},
+		DeleteFunc:  func(_ context.Context, _ event.DeleteEvent, q queue) { q.Add(nodeLabelsKey) },
+		GenericFunc: func(_ context.Context, _ event.GenericEvent, q queue) { q.Add(nodeLabelsKey) },
+	}
 }
 
 // labellerGate gates the node labeller at its own cost factor (docs/design.md,

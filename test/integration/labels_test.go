@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/nvdriver/nvdriver/pkg/apis/nvidia/v1alpha1"
 	"github.com/nvdriver/nvdriver/pkg/plan"
@@ -80,4 +81,54 @@ func TestControllerLabelsNewNodeInOnePatch(t *testing.T) {
 			t.Errorf("%s: %d PATCHes from the controller, want 1", n.Name, got)
 		}
 	}
+}
+
+// movesTimed is how many moves the labeller has timed
+// (nvdriver_move_seconds).
+func movesTimed(t *testing.T) uint64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "nvdriver_move_seconds" {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+// A node relabelled from one CR's selector to another's is moved, and the
+// controller's part of that wait is timed (docs/design.md, "Move latency");
+// its first owner, as it joined, is not a move.
+func TestControllerTimesARelabelledNodesMove(t *testing.T) {
+	startController(t)
+	ctx := context.Background()
+	n := gpuNode("mv-1", "ubuntu", "22.04", "", map[string]string{"mv": "a"})
+	scenario(t, []*corev1.Node{n},
+		nvd("mv-a", `{"version": "535.104.12", "nodeSelector": {"mv": "a"}}`),
+		nvd("mv-b", `{"version": "535.104.12", "nodeSelector": {"mv": "b"}}`))
+	owned := func(want string) func() error {
+		return func() error {
+			if got := nodeOwner(t, n.Name); got != want {
+				return fmt.Errorf("owner %q, want %q", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "mv-1 owned by mv-a", owned("mv-a"))
+	before := movesTimed(t)
+	if err := k8s.Patch(ctx, n, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"mv":"b"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mv-1 moved to mv-b", owned("mv-b"))
+	// The metric is observed after the patch returns, the owner label
+	// may be read before: poll.
+	eventually(t, "the move timed", func() error {
+		if movesTimed(t) == before {
+			return fmt.Errorf("no move timed")
+		}
+		return nil
+	})
 }

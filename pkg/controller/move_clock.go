@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// moveSeconds is the controller's part of what an admin's relabelled node
+// waits for: from the node event that woke the labeller to the labeller's
+// patch that starts the node's move (docs/design.md, "Move latency"). The
+// rest of the wait is the cluster's: the admin's write reaching our watch,
+// our patch's round trip, and its event reaching whoever watches.
+var moveSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "nvdriver_move_seconds",
+	Help:    "Controller time from a node event that woke the node labeller to the labeller's patch that starts the node's move (owner label or move-to annotation written).",
+	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+})
+
+func init() { metrics.Registry.MustRegister(moveSeconds) }
+
+// moveClock holds, per node, when an event first woke the labeller for it
+// since the labeller's last pass took the nodes it was woken for.
+type moveClock struct {
+	mu    sync.Mutex
+	woken map[string]time.Time
+	now   func() time.Time
+}
+
+func (m *moveClock) clock() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
+}
+
+// woke records an event for node; of several before a pass the first is
+// kept: the move waited from then.
+func (m *moveClock) woke(node string) {
+	t := m.clock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.woken == nil {
+		m.woken = map[string]time.Time{}
+	}
+	if _, ok := m.woken[node]; !ok {
+		m.woken[node] = t
+	}
+}
+
+// take hands a pass the nodes woken so far. It is called before the pass
+// reads the cache: the informer updates its store before it calls the
+// handlers, so each event taken is in what the pass reads, and the map
+// stays as small as the events between two passes.
+func (m *moveClock) take() map[string]time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.woken
+	m.woken = nil
+	return w
+}
+
+// giveBack returns to the next pass a node this pass did not write (held
+// behind our own write, or its patch failed), with its first event's time
+// unless a later event is already waiting.
+func (m *moveClock) giveBack(node string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.woken == nil {
+		m.woken = map[string]time.Time{}
+	}
+	if t, ok := m.woken[node]; !ok || at.Before(t) {
+		m.woken[node] = at
+	}
+}
+
+// moved observes the move of node, written now, if an event woke the
+// labeller for it.
+func (m *moveClock) moved(woken map[string]time.Time, node string) {
+	if t, ok := woken[node]; ok {
+		moveSeconds.Observe(m.clock().Sub(t).Seconds())
+	}
+}

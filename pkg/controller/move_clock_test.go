@@ -1,0 +1,66 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+func moveCount(t *testing.T) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := moveSeconds.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// A move is timed from the first event that woke the labeller for its node
+// to the pass that wrote it; a node the pass held or failed to patch is
+// timed by the pass that writes it, still from that first event; a node
+// the pass had nothing to move on is not timed.
+func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := &NodeLabeler{}
+	r.moves.now = func() time.Time { return now }
+
+	r.moves.woke("moved")
+	r.moves.woke("held")
+	r.moves.woke("untouched")
+	now = now.Add(100 * time.Millisecond)
+	r.moves.woke("moved") // a second event: the first counts
+
+	woken := r.moves.take()
+	if len(woken) != 3 {
+		t.Fatalf("took %v, want the three nodes", woken)
+	}
+	now = now.Add(200 * time.Millisecond)
+	n0, s0 := moveCount(t)
+	c := newNodeChanges()
+	c.moves["moved"], c.moves["held"] = true, true
+	c.patched["moved"] = true
+	r.timeMoves(c, woken)
+	n1, s1 := moveCount(t)
+	if n1-n0 != 1 || s1-s0 < 0.299 || s1-s0 > 0.301 {
+		t.Errorf("one move of 300 ms: got %d observed, %.3f s", n1-n0, s1-s0)
+	}
+
+	// The next pass writes the held node: 300 ms more since its event.
+	now = now.Add(300 * time.Millisecond)
+	r.moves.woke("held") // a later event does not restart its clock
+	woken = r.moves.take()
+	if _, ok := woken["untouched"]; ok {
+		t.Error("a node the pass had no move for was kept for the next")
+	}
+	c = newNodeChanges()
+	c.moves["held"], c.patched["held"] = true, true
+	r.timeMoves(c, woken)
+	n2, s2 := moveCount(t)
+	if n2-n1 != 1 || s2-s1 < 0.599 || s2-s1 > 0.601 {
+		t.Errorf("the held move, 600 ms after its event: got %d observed, %.3f s", n2-n1, s2-s1)
+	}
+	if w := r.moves.take(); len(w) != 0 {
+		t.Errorf("left after every move was written: %v", w)
+	}
+}
