@@ -4,13 +4,18 @@
 # from Go modules (test/tools/build.sh) and run by kwokctl's binary runtime.
 # Every component listens on 127.0.0.1 only.
 #
-# usage: test/cluster/cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D] | down | kubeconfig
+# usage: test/cluster/cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D] [--controller-manager-qps Q] | down | kubeconfig
 #   --heartbeat-factor scales kwokctl's node heartbeat timings, among them
 #   kube-controller-manager's --node-monitor-grace-period (40s × F; kwokctl's
 #   default F is 5): at thousands of kwok nodes on 2 cores heartbeats lag while
 #   kube-apiserver is busy, and nodes would flap NotReady.
 #   --node-status-every is how often a Ready node posts its status (default
 #   5m, as a kubelet with node leases; kwok renews the Leases in between).
+#   --controller-manager-qps is kube-controller-manager's --kube-api-qps (burst
+#   twice that; its own default is 20 and 30): at thousands of nodes its
+#   DaemonSet controller, held to 20 requests a second, makes the driver pods
+#   minutes after the nodes are labelled (docs/design.md, "Simulated cluster
+#   at scale").
 # kube-controller-manager and kube-scheduler run without leader election: each
 # is the only one, and with it on each exits for good ("leaderelection lost")
 # when it cannot renew its Lease for 10 s, as in the fault tests' etcd and
@@ -29,13 +34,16 @@ free_port() {
 }
 
 up() {
-  local gpu_nodes=6 factor="" every=5m
+  local gpu_nodes=6 factor="" every=5m kcm_qps=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --gpu-nodes) gpu_nodes="$2"; shift 2 ;;
       --heartbeat-factor) factor="$2"; shift 2 ;;
       --node-status-every) every="$2"; shift 2 ;;
-      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D])" >&2; exit 1 ;;
+      --controller-manager-qps)
+        case "${2:-}" in ""|*[!0-9]*) echo "error: --controller-manager-qps wants a whole number, got '${2:-}'" >&2; exit 1 ;; esac
+        kcm_qps="$2"; shift 2 ;;
+      *) echo "error: unknown flag $1 (usage: cluster.sh up [--gpu-nodes N] [--heartbeat-factor F] [--node-status-every D] [--controller-manager-qps Q])" >&2; exit 1 ;;
     esac
   done
   echo ">> building cluster components (cached after the first build; a cold build takes ~15 minutes on 2 cores)"
@@ -58,6 +66,14 @@ componentsPatches:
   extraArgs:
   - {key: bind-address, value: 127.0.0.1}
   - {key: leader-elect, value: "false"}
+YAML
+  if [ -n "$kcm_qps" ]; then
+    cat >> "$KWOK_WORKDIR/stages-$name.yaml" <<YAML
+  - {key: kube-api-qps, value: "$kcm_qps"}
+  - {key: kube-api-burst, value: "$((kcm_qps * 2))"}
+YAML
+  fi
+  cat >> "$KWOK_WORKDIR/stages-$name.yaml" <<'YAML'
 - name: kube-scheduler
   extraArgs:
   - {key: bind-address, value: 127.0.0.1}
