@@ -21,6 +21,11 @@ const (
 	// labellerCostFactor is the node labeller's: one object for the whole
 	// cluster, whose pass is what an admin's relabelled node waits for.
 	labellerCostFactor = 20
+	// hurryEvery and hurryCostFactor make the interval of a turn someone
+	// waits for (hurry): a relabelled node, whose move starts with the
+	// node labeller's next pass (docs/design.md, "What wakes a pass").
+	hurryEvery      = 25 * time.Millisecond
+	hurryCostFactor = 5
 )
 
 // gated runs the inner reconciler at most once per interval per request.
@@ -49,7 +54,10 @@ type gated struct {
 
 	mu    sync.Mutex
 	turns map[types.NamespacedName]turn
-	now   func() time.Time
+	// hurried: the objects whose next turn someone waits for (hurry),
+	// until that turn starts.
+	hurried map[types.NamespacedName]bool
+	now     func() time.Time
 	// cpu runs a pass and says what CPU it cost (onThread); when it
 	// cannot, the cost is the pass's wall time less its API waits.
 	cpu func(func()) (time.Duration, bool)
@@ -60,6 +68,7 @@ type gated struct {
 type turn struct {
 	start    time.Time
 	interval time.Duration
+	cost     time.Duration // the pass's, for a hurried turn's interval
 }
 
 func gate(name string, inner reconcile.Reconciler, busy func()) *gated {
@@ -99,12 +108,18 @@ func (g *gated) turn(key types.NamespacedName) time.Duration {
 	defer g.mu.Unlock()
 	now := g.now()
 	if t, ok := g.turns[key]; ok {
-		if wait := t.interval - now.Sub(t.start); wait > 0 {
+		interval := t.interval
+		if g.hurried[key] {
+			interval = min(interval, intervalFor(hurryEvery, hurryCostFactor, t.cost))
+		}
+		if wait := interval - now.Sub(t.start); wait > 0 {
 			return wait
 		}
 	}
-	// Held until the pass ends and says what it cost (passed).
+	// Held until the pass ends and says what it cost (passed). The pass
+	// reads everything up to now, a hurried request's change with it.
 	g.turns[key] = turn{start: now, interval: g.every}
+	delete(g.hurried, key)
 	if len(g.turns) > 4096 { // deleted CRs: forget intervals long over
 		for k, t := range g.turns {
 			if now.Sub(t.start) > time.Minute {
@@ -119,7 +134,21 @@ func (g *gated) turn(key types.NamespacedName) time.Duration {
 func (g *gated) passed(key types.NamespacedName, start time.Time, cost time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.turns[key] = turn{start: start, interval: intervalFor(g.every, g.factor, cost)}
+	g.turns[key] = turn{start: start, interval: intervalFor(g.every, g.factor, cost), cost: cost}
+}
+
+// hurry shortens the object's current interval, for its next turn only, to
+// hurryCostFactor times its last pass's cost, at least hurryEvery: someone
+// waits for that pass. The reconciler's CPU on the object is then bounded
+// by a fifth of a core, not a twentieth or a fiftieth, for as long as
+// hurried requests keep coming. Called before the request is queued.
+func (g *gated) hurry(key types.NamespacedName) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hurried == nil {
+		g.hurried = map[types.NamespacedName]bool{}
+	}
+	g.hurried[key] = true
 }
 
 // intervalFor is the time from one pass's start to the next: every at

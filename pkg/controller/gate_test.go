@@ -189,3 +189,37 @@ func TestGateSaysBusy(t *testing.T) {
 		t.Errorf("a pass and a deferred request: busy told %d times (deferred: %v), want 2", busy, res.RequeueAfter > 0)
 	}
 }
+
+// A hurried turn (a relabelled node waits for it) comes after
+// hurryCostFactor times the last pass's cost, not labellerCostFactor
+// times; the hurry is spent by the pass it brings forward.
+func TestHurriedTurnComesSooner(t *testing.T) {
+	clock := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	g := labellerGate(&NodeLabeler{}, nil)
+	g.inner = &slowReconciler{clock: &clock}
+	g.now = func() time.Time { return clock }
+	g.cpu = func(f func()) (time.Duration, bool) { f(); return 20 * time.Millisecond, true }
+	start := clock
+	_, _ = g.Reconcile(context.Background(), nodeLabelsKey)
+	normal, hurried := 20*time.Millisecond*labellerCostFactor, 20*time.Millisecond*hurryCostFactor
+	if hurried <= hurryEvery || hurried >= normal {
+		t.Fatalf("the case assumes a hurried interval (%v) between hurryEvery and the labeller's (%v)", hurried, normal)
+	}
+	clock = start.Add(30 * time.Millisecond)
+	if res, _ := g.Reconcile(context.Background(), nodeLabelsKey); res.RequeueAfter != normal-30*time.Millisecond {
+		t.Fatalf("not hurried: requeue %v, want %v", res.RequeueAfter, normal-30*time.Millisecond)
+	}
+	g.hurry(nodeLabelsKey.NamespacedName)
+	if res, _ := g.Reconcile(context.Background(), nodeLabelsKey); res.RequeueAfter != hurried-30*time.Millisecond {
+		t.Errorf("hurried: requeue %v, want %v", res.RequeueAfter, hurried-30*time.Millisecond)
+	}
+	clock = start.Add(hurried)
+	if res, _ := g.Reconcile(context.Background(), nodeLabelsKey); res.RequeueAfter != 0 {
+		t.Fatalf("hurried, at %v: requeue %v, want a pass", hurried, res.RequeueAfter)
+	}
+	passed := clock
+	clock = passed.Add(30 * time.Millisecond)
+	if res, _ := g.Reconcile(context.Background(), nodeLabelsKey); res.RequeueAfter != normal-30*time.Millisecond {
+		t.Errorf("after the hurried pass: requeue %v, want the labeller's interval again (%v)", res.RequeueAfter, normal-30*time.Millisecond)
+	}
+}

@@ -437,3 +437,51 @@ func TestSamePodToMachineComparesWhatTrimPodKeeps(t *testing.T) {
 		t.Error("a copy is not the same pod")
 	}
 }
+
+// The labeller's node handler hurries its next pass for an update that
+// changes a label a CR selects nodes by (an admin's relabel, which may move
+// the node), and for nothing else; every update is timed for the move
+// clock, and each event queues the labeller.
+func TestLabellerWakesHurriesARelabel(t *testing.T) {
+	node := func(labels ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{}}}
+		for i := 0; i+1 < len(labels); i += 2 {
+			n.Labels[labels[i]] = labels[i+1]
+		}
+		return n
+	}
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	d := &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "gold"}}
+	d.Spec.NodeSelector = map[string]string{"tier": "gold"}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(d).Build()
+	cases := []struct {
+		name     string
+		old, new *corev1.Node
+		want     bool
+	}{
+		{"relabelled out of the selector", node("tier", "gold"), node("tier", "silver"), true},
+		{"given the selector's label", node(), node("tier", "gold"), true},
+		{"its owner changed", node("tier", "gold", plan.LabelOwner, "a"), node("tier", "gold", plan.LabelOwner, "gold"), false},
+		{"a label no CR selects by", node("tier", "gold"), node("tier", "gold", "rack", "7"), false},
+		{"no label changed", node("tier", "gold"), node("tier", "gold"), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			hurried := false
+			moves := &moveClock{}
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			labellerWakes(c, moves, func() { hurried = true }).Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
+			if hurried != tc.want {
+				t.Errorf("hurried %v, want %v", hurried, tc.want)
+			}
+			if q.Len() != 1 {
+				t.Errorf("queued %d requests, want the labeller's one", q.Len())
+			}
+			if _, ok := moves.take()["n1"]; !ok {
+				t.Error("the update was not noted for the move clock")
+			}
+		})
+	}
+}

@@ -311,22 +311,30 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	labeller := &NodeLabeler{Client: c, Namespace: opts.Namespace, plans: plans}
+	gated := labellerGate(labeller, opts.Busy)
+	hurry := func() { gated.hurry(nodeLabelsKey.NamespacedName) }
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-labels").
-		WatchesRawSource(nodes.source(labellerWakes(&labeller.moves), nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
+		WatchesRawSource(nodes.source(labellerWakes(c, &labeller.moves, hurry), nodeChanged(c), labellerNodeChanged(c), wakes("node-labels", "Node"))).
 		Watches(&v1alpha1.NVIDIADriver{}, nodesKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()), wakes("node-labels", "NVIDIADriver"))).
-		Complete(labellerGate(labeller, opts.Busy))
+		Complete(gated)
 }
 
 // labellerWakes queues the labeller's one request for each node event that
 // passed its predicates, and tells the move clock of each update first, so
-// the pass that takes the request finds it there.
-func labellerWakes(moves *moveClock) handler.EventHandler {
+// the pass that takes the request finds it there. An update that changes a
+// label some CR selects nodes by (an admin relabelling a node, which may
+// move it) hurries the labeller's next pass (gated.hurry).
+func labellerWakes(c client.Reader, moves *moveClock, hurry func()) handler.EventHandler {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) { q.Add(nodeLabelsKey) },
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
 			moves.woke(e.ObjectNew.GetName())
+			if o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels(); !maps.Equal(o, n) &&
+				someCRSelectsOn(c, func(k string) bool { return o[k] != n[k] }, false) {
+				hurry()
+			}
 			q.Add(nodeLabelsKey)
 		},
 		DeleteFunc:  func(_ context.Context, _ event.DeleteEvent, q queue) { q.Add(nodeLabelsKey) },
