@@ -14,8 +14,8 @@
 #   --controller-manager-qps is kube-controller-manager's --kube-api-qps (burst
 #   twice that; its own default is 20 and 30): at thousands of nodes its
 #   DaemonSet controller, held to 20 requests a second, makes the driver pods
-#   minutes after the nodes are labelled (docs/design.md, "Simulated cluster
-#   at scale").
+#   many minutes after the nodes are labelled; the benchmark gives it 20 per
+#   1,000 nodes (docs/design.md, "Simulated cluster at scale").
 # kube-controller-manager and kube-scheduler run without leader election: each
 # is the only one, and with it on each exits for good ("leaderelection lost")
 # when it cannot renew its Lease for 10 s, as in the fault tests' etcd and

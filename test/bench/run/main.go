@@ -58,7 +58,7 @@ var (
 	keep       = flag.Bool("keep", false, "leave the cluster and controller running")
 	batch      = flag.Int("batch", 500, "nodes created per batch (each batch waits for kwok to make them Ready)")
 	cluster    = flag.String("cluster", "nvdriver-bench", "local cluster name")
-	kcmQPS     = flag.Int("kcm-qps", 100, "kube-controller-manager's --kube-api-qps (burst twice that): its default, 20, leaves the DaemonSet controller making the driver pods of a 5,000-node fleet for many minutes after the nodes are labelled")
+	kcmQPS     = flag.Int("kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that); 0: 20 per 1,000 nodes, kube-controller-manager's own default (20, burst 30) up to 1,000 (docs/design.md, \"Simulated cluster at scale\")")
 	nodeStatus = flag.Duration("node-status-every", 5*time.Minute, "how often each simulated node posts its status: 5m is a kubelet with node leases (its nodeStatusReportFrequency); 20s is kwok's stage without leases, which earlier runs used")
 	maxProcs   = flag.Int("controller-gomaxprocs", chartGOMAXPROCS, "GOMAXPROCS for the controller: the Helm chart's (its CPU limit in whole cores, rounded up) by default; 0 is Go's default, the machine's cores outside a container")
 	phases     = flag.String("phases", "converge,fleet", "which parts to run: converge (one CR, nodes added while the controller runs) and fleet (20 CRs: first start, plugin, cold starts, idle, moves, rollout)")
@@ -153,9 +153,18 @@ func bench() error {
 	// Heartbeat factor 10: kube-controller-manager's node-monitor-grace-period
 	// becomes 400 s, so lagging kwok heartbeats on a busy apiserver do not
 	// flap nodes NotReady and disturb the measurements.
-	logf("cluster %s up (kwokctl --heartbeat-factor 10, node status every %v, kube-controller-manager at %d requests/s)", *cluster, *nodeStatus, *kcmQPS)
-	if _, err := sh(clusterEnv, "test/cluster/cluster.sh", "up", "--gpu-nodes", "0", "--heartbeat-factor", "10",
-		"--node-status-every", nodeStatus.String(), "--controller-manager-qps", fmt.Sprint(*kcmQPS)); err != nil {
+	up := []string{"up", "--gpu-nodes", "0", "--heartbeat-factor", "10", "--node-status-every", nodeStatus.String()}
+	qps := *kcmQPS
+	if qps == 0 {
+		qps = 20 * *nodesN / 1000
+	}
+	if qps > 20 || *kcmQPS != 0 {
+		up = append(up, "--controller-manager-qps", fmt.Sprint(qps))
+	} else {
+		qps = 20
+	}
+	logf("cluster %s up (kwokctl --heartbeat-factor 10, node status every %v, kube-controller-manager at %d requests/s)", *cluster, *nodeStatus, qps)
+	if _, err := sh(clusterEnv, "test/cluster/cluster.sh", up...); err != nil {
 		return err
 	}
 	kc, _ := sh(clusterEnv, "test/cluster/cluster.sh", "kubeconfig")
