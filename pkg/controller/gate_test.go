@@ -151,17 +151,24 @@ func TestGateCostIsThePassCPU(t *testing.T) {
 	}
 }
 
+// labellerGateAfterAPass is the node labeller's gate on the test's clock,
+// after one pass that cost 20ms of CPU.
+func labellerGateAfterAPass(clock *time.Time) *gated {
+	g := labellerGate(&NodeLabeler{}, nil)
+	g.inner = &slowReconciler{clock: clock}
+	g.now = func() time.Time { return *clock }
+	g.cpu = func(f func()) (time.Duration, bool) { f(); return 20 * time.Millisecond, true }
+	_, _ = g.Reconcile(context.Background(), nodeLabelsKey)
+	return g
+}
+
 // The node labeller's interval is labellerCostFactor times its pass's
 // cost, not passCostFactor: a 20ms pass (one that computed the plan of a
 // large cluster) holds an admin's next move for 400ms, not a second.
 func TestLabellerGateHasItsOwnFactor(t *testing.T) {
 	clock := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	g := labellerGate(&NodeLabeler{}, nil)
-	g.inner = &slowReconciler{clock: &clock}
-	g.now = func() time.Time { return clock }
-	g.cpu = func(f func()) (time.Duration, bool) { f(); return 20 * time.Millisecond, true }
+	g := labellerGateAfterAPass(&clock)
 	start := clock
-	_, _ = g.Reconcile(context.Background(), nodeLabelsKey)
 	want := 20 * time.Millisecond * labellerCostFactor
 	if want >= 20*time.Millisecond*passCostFactor || want <= passEvery {
 		t.Fatalf("the case assumes the labeller's interval for 20ms lies between passEvery and the others' (%v)", want)
@@ -195,12 +202,8 @@ func TestGateSaysBusy(t *testing.T) {
 // times; the hurry is spent by the pass it brings forward.
 func TestHurriedTurnComesSooner(t *testing.T) {
 	clock := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	g := labellerGate(&NodeLabeler{}, nil)
-	g.inner = &slowReconciler{clock: &clock}
-	g.now = func() time.Time { return clock }
-	g.cpu = func(f func()) (time.Duration, bool) { f(); return 20 * time.Millisecond, true }
+	g := labellerGateAfterAPass(&clock)
 	start := clock
-	_, _ = g.Reconcile(context.Background(), nodeLabelsKey)
 	normal, hurried := 20*time.Millisecond*labellerCostFactor, 20*time.Millisecond*hurryCostFactor
 	if hurried <= hurryEvery || hurried >= normal {
 		t.Fatalf("the case assumes a hurried interval (%v) between hurryEvery and the labeller's (%v)", hurried, normal)
