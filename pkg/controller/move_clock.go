@@ -76,10 +76,7 @@ func (m *moveClock) giveBack(node string, at time.Time) {
 	}
 }
 
-// moved observes the move of node, written now, if an event woke the
-// labeller for it.
-func (m *moveClock) moved(woken map[string]time.Time, node string) {
-	if t, ok := woken[node]; ok {
-		moveSeconds.Observe(m.clock().Sub(t).Seconds())
-	}
+// moved observes a move written now whose first event came at at.
+func (m *moveClock) moved(at time.Time) {
+	moveSeconds.Observe(m.clock().Sub(at).Seconds())
 }

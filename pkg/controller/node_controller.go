@@ -81,7 +81,7 @@ func (r *NodeLabeler) timeMoves(c *nodeChanges, woken map[string]time.Time) {
 		case !c.moves[node]:
 			// Nothing to move: the event woke the pass for something else.
 		case c.patched[node]:
-			r.moves.moved(woken, node)
+			r.moves.moved(at)
 		default:
 			r.moves.giveBack(node, at)
 		}
