@@ -37,13 +37,13 @@ const (
 // requeueWhileUpgrading re-checks timeouts while a rollout is in flight.
 const requeueWhileUpgrading = 2 * time.Second
 
-// passWorkers bounds the concurrent API calls of one upgrade pass. A pass
+// PassWorkers bounds the concurrent API calls of one upgrade pass. A pass
 // at maxParallelUpgrades 100 has up to a hundred nodes to act on, and the
 // next pass (every node's next step) waits for its last call: with 16 at a
 // time the pass was several answer times long (BENCHMARKS.md, "Rollout
 // pass width"). The client's rate limit (--kube-api-qps, --kube-api-burst)
 // still bounds what reaches the API server.
-const passWorkers = 64
+const PassWorkers = 64
 
 // cacheCatchUp is how soon a pass that found the cache behind our own node
 // writes runs again (the watch event is usually milliseconds away).
@@ -302,7 +302,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		}
 		mu.Unlock()
 	}
-	exec.SetLimit(passWorkers)
+	exec.SetLimit(PassWorkers)
 	// carry runs in the pass's goroutines: it takes the node's position,
 	// read from the index before they start.
 	carry := func(i int, dec upgrade.Decision, pods *stepPods) {

@@ -103,6 +103,15 @@ func (w *nodeWatch) ownedByInState(cr, s string) int {
 	})
 }
 
+// ownedInMachine counts the CR's nodes in the upgrade machine: marked
+// upgrade-required or past it, not done.
+func (w *nodeWatch) ownedInMachine(cr string) int {
+	return w.count(func(m *metav1.PartialObjectMetadata) bool {
+		s := m.Labels[upgrade.LabelState]
+		return m.Labels[plan.LabelOwner] == cr && s != "" && s != upgrade.StateDone
+	})
+}
+
 // ---- a request-counting proxy for the plugin ----
 
 type countingProxy struct {
