@@ -13,9 +13,10 @@ import (
 
 // Rest lowers the garbage collector's target while the controller has
 // nothing to do, and gives its freed memory back to the OS when it starts
-// resting (docs/design.md, "Memory"). Busy, the collector runs at Go's
-// default (the heap may grow to twice what is live before a collection),
-// which keeps a fleet's convergence cheap in CPU; at rest the little the
+// resting (docs/design.md, "Memory"). Busy, the collector runs at half of
+// Go's default (the heap may grow by half of what is live before a
+// collection), which keeps a fleet's convergence cheap in CPU and bounds
+// what a burst leaves behind; at rest the little the
 // controller allocates (watch events of status heartbeats) lets a smaller
 // target cost next to nothing, and the heap a burst left behind is not held
 // for hours.
@@ -37,10 +38,13 @@ type Rest struct {
 
 // Defaults of NewRest: rest after RestAfter without a pass (the longest
 // interval between two passes of one object is 2 s while anything is
-// happening), at GOGC RestingPercent.
+// happening), at GOGC RestingPercent; busy, at GOGC BusyPercent, half of
+// Go's default (docs/design.md, "Memory": what a burst leaves behind is
+// bounded by it, and it costs the convergence little CPU).
 const (
 	RestAfter      = 10 * time.Second
 	RestingPercent = 25
+	BusyPercent    = 50
 )
 
 // NewRest returns the controller's Rest, or nil when GOGC is set: the
@@ -49,7 +53,7 @@ func NewRest() *Rest {
 	if os.Getenv("GOGC") != "" {
 		return nil
 	}
-	return &Rest{After: RestAfter, GCBusy: 100, GCResting: RestingPercent}
+	return &Rest{After: RestAfter, GCBusy: BusyPercent, GCResting: RestingPercent}
 }
 
 func (r *Rest) clock() time.Time {
@@ -127,11 +131,12 @@ func (r *Rest) startResting() bool {
 }
 
 // Run checks every After/4 until ctx ends. The controller counts as busy
-// when it starts.
+// when it starts, at GCBusy: Go starts every process at its default.
 func (r *Rest) Run(ctx context.Context) {
 	if r == nil {
 		return
 	}
+	r.gcPercent(r.GCBusy)
 	r.Busy()
 	t := time.NewTicker(r.After / 4)
 	defer t.Stop()

@@ -1,6 +1,7 @@
 package memlimit
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -46,6 +47,21 @@ func TestRest(t *testing.T) {
 	}
 }
 
+// The controller starts busy at GCBusy, not at Go's default, which every
+// process starts with.
+func TestRunStartsAtGCBusy(t *testing.T) {
+	var percents []int
+	r := &Rest{After: 10 * time.Second, GCBusy: BusyPercent, GCResting: RestingPercent,
+		setGCPercent: func(p int) int { percents = append(percents, p); return 0 },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.Run(ctx)
+	if len(percents) != 1 || percents[0] != BusyPercent || r.IsResting() {
+		t.Fatalf("Run: GC percents set %v, resting %v; want [%d], busy", percents, r.IsResting(), BusyPercent)
+	}
+}
+
 // GOGC set by the admin: no rest; a nil Rest is safe to call.
 func TestNoRestWithGOGC(t *testing.T) {
 	t.Setenv("GOGC", "200")
@@ -58,7 +74,7 @@ func TestNoRestWithGOGC(t *testing.T) {
 		t.Error("a nil Rest rests")
 	}
 	t.Setenv("GOGC", "")
-	if r := NewRest(); r == nil || r.GCBusy != 100 || r.GCResting != RestingPercent || r.After != RestAfter {
+	if r := NewRest(); r == nil || r.GCBusy != BusyPercent || r.GCResting != RestingPercent || r.After != RestAfter {
 		t.Errorf("NewRest without GOGC: %+v", r)
 	}
 }

@@ -44,8 +44,8 @@ func (e *env) report() {
 		v["rollout_nodes"], *rollP, v["rollout_seconds"], v["rollout_transitions"], v["transition_p50_ms"], v["transition_p95_ms"], v["queue_wait_p50_ms"], v["queue_wait_p95_ms"])
 	fmt.Printf("| the same rollout: its steps after the first pass's marking (every transition but into upgrade-required); the API server's answers | p50 %.0f ms, p95 %.0f ms; PATCH answered p50 %.0f ms, p95 %.0f ms | |\n",
 		v["rollout_step_p50_ms"], v["rollout_step_p95_ms"], v["rollout_patch_p50_ms"], v["rollout_patch_p95_ms"])
-	fmt.Printf("| the same rollout's marking (every node upgrade-required, seen by a watcher) | %.1f s after the patch (the first node at %.1f s), %.0f patches/s; PATCH answered p50 %.0f ms (%d at a time: %.0f/s); cores: controller %.2f, kube-apiserver %.2f, etcd %.2f, machine busy %.2f | whose pace the transition p95 is |\n",
-		v["marking_seconds"], v["marking_first_seconds"], v["marking_patches_per_second"], v["marking_patch_p50_ms"], controller.PassWorkers, v["marking_rate_at_answer_time"],
+	fmt.Printf("| the same rollout's marking (every node upgrade-required, seen by a watcher) | %.1f s after the patch (the first node at %.1f s), %.0f patches/s; PATCH answered p50 %.0f ms, of it the client's rate limiter p50 %.1f ms, p95 %.1f ms (%d at a time: %.0f/s); cores: controller %.2f, kube-apiserver %.2f, etcd %.2f, machine busy %.2f | whose pace the transition p95 is |\n",
+		v["marking_seconds"], v["marking_first_seconds"], v["marking_patches_per_second"], v["marking_patch_p50_ms"], v["marking_limiter_p50_ms"], v["marking_limiter_p95_ms"], controller.PassWorkers, v["marking_rate_at_answer_time"],
 		v["marking_controller_cores"], v["marking_cores_kube-apiserver"], v["marking_cores_etcd"], v["marking_machine_busy_cores"])
 	fmt.Printf("| the same rollout: CPU in cores (machine busy; controller; kube-apiserver; etcd) | %.2f; %.3f; %.2f; %.2f | the cluster's time apart from the controller's |\n",
 		v["rollout_machine_busy_cores"], v["rollout_controller_cores"], v["rollout_cores_kube-apiserver"], v["rollout_cores_etcd"])
