@@ -114,6 +114,7 @@ func (ne *nodeEvents) OnUpdate(oldObj, newObj any) {
 	o, ok1 := oldObj.(*corev1.Node)
 	n, ok2 := newObj.(*corev1.Node)
 	if ok1 && ok2 && sameToReconcilers(o, n) {
+		nodeHeartbeats.Inc()
 		return
 	}
 	if !ok1 || !ok2 || ne.scanChanged(o, n) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -168,8 +169,12 @@ func TestNodeEventsFanOut(t *testing.T) {
 
 	n1 := cachedNode(nil)
 	ne.OnAdd(n1, false)
+	beats := counterValue(t, nodeHeartbeats)
 	beat := cachedNode(func(n *corev1.Node) { n.ResourceVersion = "2" })
 	ne.OnUpdate(n1, beat)
+	if got := counterValue(t, nodeHeartbeats) - beats; got != 1 {
+		t.Errorf("heartbeats counted: %v, want 1", got)
+	}
 	cordoned := cachedNode(func(n *corev1.Node) { n.ResourceVersion = "3"; n.Spec.Unschedulable = true })
 	ne.OnUpdate(beat, cordoned)
 	// The add and the cordon are counted, each before the reconcilers
@@ -258,4 +263,13 @@ func TestNodeScanChanges(t *testing.T) {
 			t.Errorf("%s: the subscriber got %v, want the update", tc.name, got)
 		}
 	}
+}
+
+func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	m := &dto.Metric{}
+	if err := c.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -460,6 +460,18 @@ func (e *env) idle() error {
 	res.Values["idle_log_bytes_per_hour"] = median(logBytes)
 	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores, %.0f log bytes/hour",
 		*idle, sum(writes), sum(leaseWrites), median(reqs), median(cpu), median(logBytes))
+	// At rest the controller's CPU is what it receives: the nodes' status
+	// heartbeats, each dropped before the reconcilers. Their rate and the
+	// CPU per heartbeat say whether the cluster sent more or the
+	// controller spent more on each.
+	window := time.Duration(len(cpu)) * slice
+	beats := last.sum("nvdriver_node_heartbeats_total", nil) - first.sum("nvdriver_node_heartbeats_total", nil)
+	res.Values["idle_heartbeats_per_second"] = beats / window.Seconds()
+	if beats > 0 {
+		res.Values["idle_cpu_ms_per_heartbeat"] = sum(cpu) * slice.Seconds() / beats * 1000
+	}
+	logf("idle: %.1f node heartbeats/s received, %.2f ms of controller CPU per heartbeat (all of the window's CPU over them)",
+		res.Values["idle_heartbeats_per_second"], res.Values["idle_cpu_ms_per_heartbeat"])
 	if sum(writes) > 0 {
 		// What the controller wrote, and what woke it: the cluster (a
 		// DaemonSet's status, a node's) or its own writes coming back.
