@@ -155,8 +155,9 @@ func (e *env) measureMarking(want int, m0 metricsText, cpu0 cpuSample, ctrl0 flo
 	writing := time.Since(first).Seconds()
 	cpu1, ctrl1 := sampleCPU(), e.ctrl.cpuSeconds()
 	m1 := e.ctrl.scrape()
-	// client-go times a request from before its rate limiter's wait: the
-	// wait is read apart, so the answer time is the API server's.
+	// client-go's request duration includes its rate limiter's wait: the
+	// wait is read apart, to tell the API server's answers from the
+	// client holding its own requests back.
 	patches := histBetween(m0, m1, "rest_client_request_duration_seconds", "verb", "PATCH")
 	limiter := histBetween(m0, m1, "rest_client_rate_limiter_duration_seconds")
 	res.Values["marking_limiter_p50_ms"] = limiter.quantile(0.5) * 1000
