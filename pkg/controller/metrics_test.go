@@ -64,11 +64,7 @@ func TestOnlyOwnerOrStateChanged(t *testing.T) {
 // restart) nor once it rests.
 func TestTransitionedTimesStates(t *testing.T) {
 	count := func(state string) uint64 {
-		m := &dto.Metric{}
-		if err := upgradeStateTime.WithLabelValues(state).(prometheus.Metric).Write(m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetHistogram().GetSampleCount()
+		return metricNow(t, upgradeStateTime.WithLabelValues(state).(prometheus.Metric)).GetHistogram().GetSampleCount()
 	}
 	r := &UpgradeReconciler{}
 	before := map[string]uint64{}
@@ -93,4 +89,15 @@ func TestTransitionedTimesStates(t *testing.T) {
 	if _, ok := r.entered.Load("n1"); ok {
 		t.Error("a failed node is still remembered")
 	}
+}
+
+// metricNow reads a metric's current value, for tests that count what a
+// call observed.
+func metricNow(t *testing.T, c prometheus.Metric) *dto.Metric {
+	t.Helper()
+	m := &dto.Metric{}
+	if err := c.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -3,17 +3,12 @@ package controller
 import (
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 func moveCount(t *testing.T) (uint64, float64) {
 	t.Helper()
-	var m dto.Metric
-	if err := moveSeconds.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+	h := metricNow(t, moveSeconds).GetHistogram()
+	return h.GetSampleCount(), h.GetSampleSum()
 }
 
 // A move is timed from the first event that woke the labeller for its node

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -169,10 +168,10 @@ func TestNodeEventsFanOut(t *testing.T) {
 
 	n1 := cachedNode(nil)
 	ne.OnAdd(n1, false)
-	beats := counterValue(t, nodeHeartbeats)
+	beats := metricNow(t, nodeHeartbeats).GetCounter().GetValue()
 	beat := cachedNode(func(n *corev1.Node) { n.ResourceVersion = "2" })
 	ne.OnUpdate(n1, beat)
-	if got := counterValue(t, nodeHeartbeats) - beats; got != 1 {
+	if got := metricNow(t, nodeHeartbeats).GetCounter().GetValue() - beats; got != 1 {
 		t.Errorf("heartbeats counted: %v, want 1", got)
 	}
 	cordoned := cachedNode(func(n *corev1.Node) { n.ResourceVersion = "3"; n.Spec.Unschedulable = true })
@@ -263,13 +262,4 @@ func TestNodeScanChanges(t *testing.T) {
 			t.Errorf("%s: the subscriber got %v, want the update", tc.name, got)
 		}
 	}
-}
-
-func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64 {
-	t.Helper()
-	m := &dto.Metric{}
-	if err := c.Write(m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
