@@ -53,8 +53,9 @@ lint: ## go vet, gofmt, and no committed binary or file over 1 MiB
 	@hack/check-files.sh
 	@echo "vet and gofmt clean; no binary or oversized file committed"
 
-test-unit: ## unit tests (no API server)
+test-unit: ## unit tests (no API server), with the local cluster's kwok stages
 	$(GO) test ./pkg/... ./cmd/... ./test/compat/...
+	cd test/tools/kwok && $(GO) test ./...
 
 test-integration: ## integration tests against a real kube-apiserver + etcd (envtest)
 	@assets="$(ASSETS)"; echo ">> KUBEBUILDER_ASSETS=$$assets"; \

@@ -17,7 +17,11 @@
 // -node-status-every (5m, the kubelet's nodeStatusReportFrequency), their
 // liveness carried by the Lease kwok renews in between. kwok's stage without
 // leases posts it every 20-25 s, ten to fifteen times what a cluster of real
-// kubelets sends a node watcher (docs/design.md, "Simulated heartbeats").
+// kubelets sends a node watcher. Each post's lastHeartbeatTime is computed
+// from the node alone (its creation time and name, then the previous post), so
+// a second timer kwok keeps for the same node posts what the node already
+// holds, which the API server does not write, and that timer ends there
+// (docs/design.md, "Simulated heartbeats").
 package main
 
 import (
@@ -40,13 +44,18 @@ const (
 )
 
 func main() {
-	every := flag.Duration("node-status-every", 5*time.Minute, "how often a Ready node posts its status (kwok adds up to a tenth more at random)")
+	every := flag.Duration("node-status-every", 5*time.Minute, "how often a Ready node posts its status (whole seconds; each node on its own grid, first posting up to a tenth of it before its creation time)")
 	flag.Parse()
-	if *every < time.Second {
-		fmt.Fprintf(os.Stderr, "error: -node-status-every %v: want at least 1s\n", *every)
+	if *every < time.Second || *every%time.Second != 0 {
+		fmt.Fprintf(os.Stderr, "error: -node-status-every %v: want whole seconds, at least 1s\n", *every)
 		os.Exit(2)
 	}
-	heartbeat, err := withDelay(nodeheartbeat.DefaultNodeHeartbeatWithLease, *every)
+	heartbeat, err := onGrid(nodeheartbeat.DefaultNodeHeartbeatWithLease, *every)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+	initialize, err := withBeat(nodefast.DefaultNodeInit, firstBeat(*every))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
@@ -83,7 +92,7 @@ func main() {
 	}
 	// kwok's node-initialize makes every node that is not Ready Ready, and
 	// its heartbeat renews the conditions: neither touches a not-ready node.
-	docs := []string{notForNotReady(nodefast.DefaultNodeInit), notForNotReady(heartbeat), string(readyYAML),
+	docs := []string{notForNotReady(initialize), notForNotReady(heartbeat), string(readyYAML),
 		podfast.DefaultPodComplete, podfast.DefaultPodDelete,
 		failStage("image-pull", "Pending", "ImagePullBackOff", `{{ printf "Back-off pulling image %q" .image | Quote }}`, false),
 		failStage("crashloop", "Running", "CrashLoopBackOff", `"back-off 5m0s restarting failed container"`, false),
@@ -112,10 +121,56 @@ func notForNotReady(stage string) string {
 	return out
 }
 
-// withDelay sets a stage's delay to every, plus up to a tenth at random (kwok
-// draws the delay between durationMilliseconds and jitterDurationMilliseconds),
-// so thousands of nodes created together do not post together.
-func withDelay(stage string, every time.Duration) (string, error) {
+// A heartbeat's time in the templates below. kwok keeps one timer per node,
+// but it loses track of a timer when the node changes while a timer is due
+// (its queue forgets the newer one by the node's name), and from then on both
+// post, each restarting on the other's post: measured at 5,000 nodes, three of
+// four nodes posted twice every period. So no post takes its time from the
+// clock: the first is the node's creation time less up to a tenth of the
+// period (from a hash of its name, so that nodes created together do not post
+// together), and each next one is on that grid, the last grid time not after
+// now. A second timer then posts exactly what the node holds: the API server
+// writes nothing, sends no event, and kwok sets no timer after it. A timer
+// that fires early posts the time the node already holds, which kwok does not
+// send at all.
+const rfc3339 = "2006-01-02T15:04:05Z07:00"
+
+// firstBeat defines $beat for node-initialize: the node's creation time less
+// up to a tenth of every.
+func firstBeat(every time.Duration) string {
+	spread := max(int64(every/time.Second)/10, 1)
+	return fmt.Sprintf(`{{ $beat := dateInZone %[1]q (sub (toDate %[1]q .metadata.creationTimestamp).Unix (mod (atoi (adler32sum .metadata.name)) %[2]d)) "UTC" }}`,
+		rfc3339, spread)
+}
+
+// nextBeat defines $beat for the heartbeat: the Ready condition's last
+// heartbeat plus as many whole periods as have passed (none: the same time).
+func nextBeat(every time.Duration) string {
+	s := int64(every / time.Second)
+	return fmt.Sprintf(`{{ $beat := Now }}{{ range .status.conditions }}{{ if eq .type "Ready" }}{{ with .lastHeartbeatTime }}`+
+		`{{ $last := (toDate %[1]q .).Unix }}{{ $beat = dateInZone %[1]q (add $last (mul (max 0 (div (sub (now).Unix $last) %[2]d)) %[2]d)) "UTC" }}`+
+		`{{ end }}{{ end }}{{ end }}`, rfc3339, s)
+}
+
+// withBeat makes a node stage write $beat, which beat defines, as every
+// condition's lastHeartbeatTime, where kwok's stage writes the clock's time.
+func withBeat(stage, beat string) (string, error) {
+	const now, heartbeat = "{{ $now := Now }}", "lastHeartbeatTime: {{ $now | Quote }}"
+	if strings.Count(stage, now) != 1 || strings.Count(stage, heartbeat) != 1 {
+		return "", fmt.Errorf("a kwok node stage changed shape: no single %q and %q", now, heartbeat)
+	}
+	stage = strings.Replace(stage, now, now+"\n      "+beat, 1)
+	return strings.Replace(stage, heartbeat, "lastHeartbeatTime: {{ $beat | Quote }}", 1), nil
+}
+
+// onGrid makes kwok's heartbeat stage post every period on the node's grid:
+// its timer is set for the Ready condition's last heartbeat plus every (or
+// every from now, for a node without one), and the post writes nextBeat.
+func onGrid(stage string, every time.Duration) (string, error) {
+	stage, err := withBeat(stage, nextBeat(every))
+	if err != nil {
+		return "", err
+	}
 	st := map[string]any{}
 	if err := yaml.Unmarshal([]byte(stage), &st); err != nil {
 		return "", err
@@ -124,8 +179,11 @@ func withDelay(stage string, every time.Duration) (string, error) {
 	if _, ok := spec["delay"].(map[string]any); !ok {
 		return "", fmt.Errorf("kwok's node heartbeat stage changed shape: no spec.delay")
 	}
-	ms := every.Milliseconds()
-	spec["delay"] = map[string]any{"durationMilliseconds": ms, "jitterDurationMilliseconds": ms + ms/10}
+	spec["delay"] = map[string]any{
+		"durationMilliseconds": every.Milliseconds(),
+		"durationFrom": map[string]any{"jq": map[string]any{"expression": fmt.Sprintf(
+			`(.status.conditions // [])[] | select(.type == "Ready") | .lastHeartbeatTime // empty | fromdateiso8601 + %d | todate`, int64(every/time.Second))}},
+	}
 	out, err := yaml.Marshal(st)
 	return string(out), err
 }
