@@ -60,10 +60,10 @@ func maxOf(v []float64) float64 {
 	return m
 }
 
-func round2(v []float64) []string {
+func rounded(v []float64, digits int) []string {
 	out := make([]string, len(v))
 	for i, x := range v {
-		out[i] = strconv.FormatFloat(x, 'f', 2, 64)
+		out[i] = strconv.FormatFloat(x, 'f', digits, 64)
 	}
 	return out
 }

@@ -426,16 +426,20 @@ func (e *env) coldStarts() error {
 	}
 	res.Values["cold_start_seconds"] = median(times)
 	res.Values["cold_start_max_seconds"] = maxOf(times)
-	logf("cold start: median %.2f s (runs %v)", median(times), round2(times))
+	logf("cold start: median %.2f s (runs %v)", median(times), rounded(times, 2))
 	return nil
 }
 
 // idle: the converged cluster left alone; writes, requests, CPU and log
-// volume of the controller, in five equal slices.
+// volume of the controller, in five equal slices. The CPU is the whole
+// window's, not a slice's median: the window is one period of the nodes'
+// status posts, and nodes created in batches post in waves, so some slices
+// hold most of the posts and the median slice held few of them (session 42).
 func (e *env) idle() error {
 	e.ctrl.quiet(10 * time.Second)
 	slice := *idle / 5
 	var writes, leaseWrites, reqs, cpu, logBytes []float64
+	var cpuSeconds, elapsed float64
 	var first, last metricsText
 	for range 5 {
 		m0, c0, l0, t0 := e.ctrl.scrape(), e.ctrl.cpuSeconds(), e.ctrl.logSize(), time.Now()
@@ -451,24 +455,26 @@ func (e *env) idle() error {
 		leaseWrites = append(leaseWrites, lw)
 		reqs = append(reqs, (m1.sum("rest_client_requests_total", nil)-m0.sum("rest_client_requests_total", nil))/el)
 		cpu = append(cpu, (c1-c0)/el)
+		cpuSeconds += c1 - c0
+		elapsed += el
 		logBytes = append(logBytes, float64(l1-l0)/el*3600)
 	}
 	res.Values["idle_writes"] = sum(writes)
 	res.Values["idle_lease_writes"] = sum(leaseWrites)
 	res.Values["idle_requests_per_second"] = median(reqs)
-	res.Values["idle_cores"] = median(cpu)
+	res.Values["idle_cores"] = cpuSeconds / elapsed
+	res.Values["idle_cores_median_slice"] = median(cpu)
 	res.Values["idle_log_bytes_per_hour"] = median(logBytes)
-	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores, %.0f log bytes/hour",
-		*idle, sum(writes), sum(leaseWrites), median(reqs), median(cpu), median(logBytes))
+	logf("idle %s: %v writes (+%v Lease renewals), %.2f requests/s, %.4f cores (slices %v), %.0f log bytes/hour",
+		*idle, sum(writes), sum(leaseWrites), median(reqs), cpuSeconds/elapsed, rounded(cpu, 4), median(logBytes))
 	// At rest the controller's CPU is what it receives: the nodes' status
 	// heartbeats, each dropped before the reconcilers. Their rate and the
 	// CPU per heartbeat say whether the cluster sent more or the
 	// controller spent more on each.
-	window := time.Duration(len(cpu)) * slice
 	beats := last.sum("nvdriver_node_heartbeats_total", nil) - first.sum("nvdriver_node_heartbeats_total", nil)
-	res.Values["idle_heartbeats_per_second"] = beats / window.Seconds()
+	res.Values["idle_heartbeats_per_second"] = beats / elapsed
 	if beats > 0 {
-		res.Values["idle_cpu_ms_per_heartbeat"] = sum(cpu) * slice.Seconds() / beats * 1000
+		res.Values["idle_cpu_ms_per_heartbeat"] = cpuSeconds / beats * 1000
 	}
 	logf("idle: %.1f node heartbeats/s received, %.2f ms of controller CPU per heartbeat (all of the window's CPU over them)",
 		res.Values["idle_heartbeats_per_second"], res.Values["idle_cpu_ms_per_heartbeat"])

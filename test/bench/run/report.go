@@ -36,7 +36,7 @@ func (e *env) report() {
 	fmt.Printf("| controller RSS after convergence | %.0f MiB (peak %.0f MiB), heap in use %.0f MiB | target ≤ 100 MiB |\n", v["controller_rss_mib"], v["controller_peak_rss_mib"], v["controller_heap_inuse_mib"])
 	fmt.Printf("| controller RSS after the idle window (the last cold start's) | %.0f MiB, heap in use %.0f MiB, resting %.0f | target ≤ 100 MiB |\n", v["idle_rss_mib"], v["idle_heap_inuse_mib"], v["idle_resting"])
 	fmt.Printf("| idle %s: writes | %v (+ %v Lease renewals by leader election) | target 0 |\n", *idle, v["idle_writes"], v["idle_lease_writes"])
-	fmt.Printf("| idle: requests/s, CPU, log volume | %.2f req/s, %.4f cores, %.0f bytes/hour | targets ≤ 1 req/s, ≤ 0.01 core, ≤ 1 MB/hour |\n", v["idle_requests_per_second"], v["idle_cores"], v["idle_log_bytes_per_hour"])
+	fmt.Printf("| idle: requests/s, CPU over the window (its median slice), log volume | %.2f req/s, %.4f cores (%.4f), %.0f bytes/hour | targets ≤ 1 req/s, ≤ 0.01 core, ≤ 1 MB/hour |\n", v["idle_requests_per_second"], v["idle_cores"], v["idle_cores_median_slice"], v["idle_log_bytes_per_hour"])
 	fmt.Printf("| idle: node heartbeats received; controller CPU per heartbeat | %.1f/s; %.2f ms | what the idle CPU is made of |\n", v["idle_heartbeats_per_second"], v["idle_cpu_ms_per_heartbeat"])
 	fmt.Printf("| node move → move state (%v moves) | p50 %.0f ms, p99 %.0f ms | target p99 ≤ 1 s |\n", v["moves"], v["move_latency_p50_ms"], v["move_latency_p99_ms"])
 	fmt.Printf("| of which the controller's (event → labeller's patch returned) / the bench's relabel PATCH | p50 %.0f / %.0f ms, p99 %.0f / %.0f ms | |\n", v["move_controller_p50_ms"], v["move_relabel_p50_ms"], v["move_controller_p99_ms"], v["move_relabel_p99_ms"])
