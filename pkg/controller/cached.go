@@ -71,6 +71,20 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The transform CacheOptions set, now with the store to share with
+	// (nodeTrim). The informer has not started: Setup runs before the
+	// manager does.
+	inf, err := c.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return nil, fmt.Errorf("node informer: %w", err)
+	}
+	if st, ok := inf.(interface {
+		SetTransform(toolscache.TransformFunc) error
+	}); !ok {
+		return nil, fmt.Errorf("the cache's node informer (%T) takes no transform", inf)
+	} else if err := st.SetTransform(nodeTrim{cached: nodes}.trim); err != nil {
+		return nil, fmt.Errorf("node transform: %w", err)
+	}
 	pods, err := indexerOf(ctx, c, &corev1.Pod{}, toolscache.Indexers{
 		idxPodController: func(obj any) ([]string, error) {
 			if p, ok := obj.(*driverPod); ok {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"reflect"
 	"testing"
 	"unsafe"
 
@@ -10,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/nvdriver/nvdriver/pkg/render"
+	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
 
 // decoded returns obj as the informer would hand it to the transform: a
@@ -109,5 +112,107 @@ func TestTrimSharesStrings(t *testing.T) {
 	// A node and the pod on it share the node's name.
 	if !sameBytes(na.Name, ppa.NodeName) || !sameBytes(ppa.Digest, ppb.Digest) {
 		t.Error("a driver pod keeps its own copy of its node's name or of its config digest")
+	}
+}
+
+// A node event trimmed against the node's cached version shares with it
+// what did not change, so a status heartbeat allocates one Node and no
+// maps; anything the cache keeps that changed is the new value, and the
+// cached version is left as it was (docs/design.md, "Node cache").
+func TestNodeTrimSharesWhatDidNotChange(t *testing.T) {
+	full := func(edit func(*corev1.Node)) *corev1.Node {
+		n := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", UID: "u1", ResourceVersion: "1",
+				Labels:      map[string]string{"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": "gpu-1"},
+				Annotations: map[string]string{upgrade.AnnotationStateSince: "t0", "someone.else/note": "a"}},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "gpu", Value: "yes", Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.Unix(100, 0)},
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Unix(100, 0)}}},
+		}
+		if edit != nil {
+			edit(n)
+		}
+		return decoded(t, n)
+	}
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	trim := nodeTrim{cached: store}
+	first, err := trim.trim(full(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := first.(*corev1.Node)
+	if err := store.Add(cached); err != nil {
+		t.Fatal(err)
+	}
+	samePtr := func(a, b any) bool { return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() }
+	heartbeat := func(n *corev1.Node) {
+		n.ResourceVersion = "2"
+		n.Status.Conditions[1].LastHeartbeatTime = metav1.Unix(400, 0)
+		n.Annotations["someone.else/note"] = "b" // not ours: not kept
+	}
+
+	cases := []struct {
+		name                       string
+		edit                       func(*corev1.Node)
+		labels, annotations, ready bool // shared with the cached version
+		check                      func(*corev1.Node) bool
+	}{
+		{"a heartbeat", heartbeat, true, true, true,
+			func(n *corev1.Node) bool { return n.ResourceVersion == "2" }},
+		{"a label changed", func(n *corev1.Node) { heartbeat(n); n.Labels["pool"] = "gold" }, false, true, true,
+			func(n *corev1.Node) bool { return n.Labels["pool"] == "gold" && len(n.Labels) == 3 }},
+		{"a label removed", func(n *corev1.Node) { heartbeat(n); delete(n.Labels, "nvidia.com/gpu.present") }, false, true, true,
+			func(n *corev1.Node) bool {
+				_, ok := n.Labels["nvidia.com/gpu.present"]
+				return !ok && len(n.Labels) == 1
+			}},
+		{"one of our annotations changed", func(n *corev1.Node) { heartbeat(n); n.Annotations[upgrade.AnnotationStateSince] = "t1" }, true, false, true,
+			func(n *corev1.Node) bool {
+				return n.Annotations[upgrade.AnnotationStateSince] == "t1" && len(n.Annotations) == 1
+			}},
+		{"one of our annotations added", func(n *corev1.Node) { heartbeat(n); n.Annotations[upgrade.AnnotationMoveTo] = "gold" }, true, false, true,
+			func(n *corev1.Node) bool {
+				return n.Annotations[upgrade.AnnotationMoveTo] == "gold" && len(n.Annotations) == 2
+			}},
+		{"one of our annotations removed", func(n *corev1.Node) { heartbeat(n); delete(n.Annotations, upgrade.AnnotationStateSince) }, true, false, true,
+			func(n *corev1.Node) bool { return len(n.Annotations) == 0 }},
+		{"not ready", func(n *corev1.Node) { heartbeat(n); n.Status.Conditions[1].Status = corev1.ConditionFalse }, true, true, false,
+			func(n *corev1.Node) bool { return !nodeReady(n) }},
+		{"the node made again under its name", func(n *corev1.Node) { heartbeat(n); n.UID = "u2" }, false, false, false,
+			func(n *corev1.Node) bool { return n.UID == "u2" && nodeReady(n) && len(n.Labels) == 2 }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := trim.trim(full(c.edit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := out.(*corev1.Node)
+			if n == cached || !c.check(n) {
+				t.Fatalf("trimmed: %+v", n)
+			}
+			if got := samePtr(n.Labels, cached.Labels); got != c.labels {
+				t.Errorf("labels shared: %v, want %v", got, c.labels)
+			}
+			if got := samePtr(n.Annotations, cached.Annotations); got != c.annotations {
+				t.Errorf("annotations shared: %v, want %v", got, c.annotations)
+			}
+			if got := samePtr(n.Status.Conditions, cached.Status.Conditions); got != c.ready {
+				t.Errorf("Ready condition shared: %v, want %v", got, c.ready)
+			}
+			if !sameBytes(n.Name, cached.Name) {
+				t.Error("the node's name: a copy of its own, want the cached one's")
+			}
+			if cached.ResourceVersion != "1" || len(cached.Labels) != 2 || len(cached.Annotations) != 1 || cached.Annotations[upgrade.AnnotationStateSince] != "t0" || !nodeReady(cached) {
+				t.Fatalf("the cached version changed: %+v", cached)
+			}
+		})
+	}
+
+	// What a heartbeat costs the transform: the Node and nothing else.
+	hb := full(heartbeat)
+	if allocs := testing.AllocsPerRun(100, func() { _, _ = trim.trim(hb) }); allocs != 1 {
+		t.Errorf("a heartbeat allocates %v objects in the transform, want 1 (the Node)", allocs)
 	}
 }

@@ -43,7 +43,7 @@ type Rest struct {
 // bounded by it, and it costs the convergence little CPU).
 const (
 	RestAfter      = 10 * time.Second
-	RestingPercent = 25
+	RestingPercent = 50
 	BusyPercent    = 50
 )
 
