@@ -11,15 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Rest lowers the garbage collector's target while the controller has
-// nothing to do, and gives its freed memory back to the OS when it starts
-// resting (docs/design.md, "Memory"). Busy, the collector runs at half of
-// Go's default (the heap may grow by half of what is live before a
-// collection), which keeps a fleet's convergence cheap in CPU and bounds
-// what a burst leaves behind; at rest the little the
-// controller allocates (watch events of status heartbeats) lets a smaller
-// target cost next to nothing, and the heap a burst left behind is not held
-// for hours.
+// Rest gives the controller's freed memory back to the OS when it starts
+// resting, after a while with nothing to do, and sets the garbage
+// collector's target of each state (docs/design.md, "Memory"). Busy, the
+// collector runs at half of Go's default (the heap may grow by half of
+// what is live before a collection), which keeps a fleet's convergence
+// cheap in CPU and bounds what a burst leaves behind; the heap a burst left
+// behind is not held for hours. The resting target is the busy one by
+// default: what the controller allocates at rest (the nodes' status
+// heartbeats) made a smaller one cost a tenth of its idle CPU.
 type Rest struct {
 	// After is how long without a pass makes the controller rest.
 	After time.Duration
@@ -40,7 +40,8 @@ type Rest struct {
 // interval between two passes of one object is 2 s while anything is
 // happening), at GOGC RestingPercent; busy, at GOGC BusyPercent, half of
 // Go's default (docs/design.md, "Memory": what a burst leaves behind is
-// bounded by it, and it costs the convergence little CPU).
+// bounded by it, and it costs the convergence little CPU). Resting at 25
+// until session 43 cost 12 % more idle CPU for a few MiB less heap.
 const (
 	RestAfter      = 10 * time.Second
 	RestingPercent = 50
