@@ -84,9 +84,6 @@ func (t nodeTrim) trim(obj any) (any, error) {
 			}
 		}
 	}
-	if old != nil && slices.Equal(old.Spec.Taints, n.Spec.Taints) {
-		out.Spec.Taints = old.Spec.Taints // the decoded copy dies young
-	}
 	for _, c := range n.Status.Conditions {
 		if c.Type != corev1.NodeReady {
 			continue
