@@ -55,10 +55,12 @@ const (
 // NVIDIADriver that controls them.
 const idxDaemonSetOwner = "nvdriver.daemonset.owner"
 
-// newCachedReads adds our index to the cache's node informer and keeps its
-// indexer. It fails when the cache does not expose it.
+// newCachedReads adds our indexes to the cache's node, driver pod and
+// DaemonSet informers and keeps their stores, and gives the node informer
+// the transform that shares with its store (nodeTrim). It fails when the
+// cache does not expose them.
 func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
-	nodes, err := indexerOf(ctx, c, &corev1.Node{}, toolscache.Indexers{idxRunBy: func(obj any) ([]string, error) {
+	nodes, err := informerOf(ctx, c, &corev1.Node{}, toolscache.Indexers{idxRunBy: func(obj any) ([]string, error) {
 		o, ok := obj.(client.Object)
 		if !ok {
 			return nil, nil
@@ -74,18 +76,10 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	// The transform CacheOptions set, now with the store to share with
 	// (nodeTrim). The informer has not started: Setup runs before the
 	// manager does.
-	inf, err := c.GetInformer(ctx, &corev1.Node{})
-	if err != nil {
-		return nil, fmt.Errorf("node informer: %w", err)
-	}
-	if st, ok := inf.(interface {
-		SetTransform(toolscache.TransformFunc) error
-	}); !ok {
-		return nil, fmt.Errorf("the cache's node informer (%T) takes no transform", inf)
-	} else if err := st.SetTransform(nodeTrim{cached: nodes}.trim); err != nil {
+	if err := nodes.SetTransform(nodeTrim{cached: nodes.GetIndexer()}.trim); err != nil {
 		return nil, fmt.Errorf("node transform: %w", err)
 	}
-	pods, err := indexerOf(ctx, c, &corev1.Pod{}, toolscache.Indexers{
+	pods, err := informerOf(ctx, c, &corev1.Pod{}, toolscache.Indexers{
 		idxPodController: func(obj any) ([]string, error) {
 			if p, ok := obj.(*driverPod); ok {
 				if ref := metav1.GetControllerOfNoCopy(p); ref != nil && ref.Kind == "DaemonSet" {
@@ -108,7 +102,7 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	// the driver and upgrade passes: through the client, each read also
 	// looked up the kind's REST mapping, which cost more than the read
 	// (docs/design.md, "Node cache").
-	daemonSets, err := indexerOf(ctx, c, &appsv1.DaemonSet{}, toolscache.Indexers{idxDaemonSetOwner: func(obj any) ([]string, error) {
+	daemonSets, err := informerOf(ctx, c, &appsv1.DaemonSet{}, toolscache.Indexers{idxDaemonSetOwner: func(obj any) ([]string, error) {
 		if o, ok := obj.(*appsv1.DaemonSet); ok {
 			if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "NVIDIADriver" && ref.APIVersion == v1alpha1.GroupVersion.String() {
 				return []string{string(ref.UID)}, nil
@@ -119,10 +113,13 @@ func newCachedReads(ctx context.Context, c cache.Cache) (*cachedReads, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cachedReads{nodes: nodes, pods: pods, daemonSets: daemonSets}, nil
+	return &cachedReads{nodes: nodes.GetIndexer(), pods: pods.GetIndexer(), daemonSets: daemonSets.GetIndexer()}, nil
 }
 
-func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolscache.Indexers) (toolscache.Indexer, error) {
+// informerOf is the cache's informer for obj, with our indexes added.
+// controller-runtime hands out client-go's shared informer itself, whose
+// store the passes read and whose transform Setup may set.
+func informerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolscache.Indexers) (toolscache.SharedIndexInformer, error) {
 	inf, err := c.GetInformer(ctx, obj)
 	if err != nil {
 		return nil, fmt.Errorf("informer for %T: %w", obj, err)
@@ -130,12 +127,11 @@ func indexerOf(ctx context.Context, c cache.Cache, obj client.Object, idx toolsc
 	if err := inf.AddIndexers(idx); err != nil {
 		return nil, fmt.Errorf("indexes on %T: %w", obj, err)
 	}
-	// controller-runtime hands out client-go's shared informer itself.
-	si, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	si, ok := inf.(toolscache.SharedIndexInformer)
 	if !ok {
 		return nil, fmt.Errorf("the cache's informer for %T (%T) does not expose its store", obj, inf)
 	}
-	return si.GetIndexer(), nil
+	return si, nil
 }
 
 // daemonSetsOf are the cached DaemonSets in namespace that the CR of uid
