@@ -106,12 +106,7 @@ func run() int {
 		return 1
 	}
 	cfg.QPS, cfg.Burst = float32(*qps), *burst
-	// Protobuf for built-in kinds (controller-runtime keeps JSON for our CRD)
-	// and no gzip: at thousands of nodes, decoding node watch events was most
-	// of the controller's idle CPU.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.DisableCompression = true
+	controller.ClientConfig(cfg)
 	cfg.Wrap(controller.CountWrites)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
@@ -154,10 +149,15 @@ func run() int {
 			return 1
 		}
 	}
+	cacheOpts, err := controller.CacheOptions(cfg, namespace)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		return 1
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:                 hookServer,
 		Scheme:                        scheme,
-		Cache:                         controller.CacheOptions(namespace),
+		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
 		PprofBindAddress:              *pprofAddr,

@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"bytes"
 	"reflect"
+	"strconv"
 	"testing"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -13,7 +17,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/randfill"
 
+	"github.com/nvdriver/nvdriver/pkg/nodewire"
 	"github.com/nvdriver/nvdriver/pkg/render"
 	"github.com/nvdriver/nvdriver/pkg/upgrade"
 )
@@ -214,5 +220,55 @@ func TestNodeTrimSharesWhatDidNotChange(t *testing.T) {
 	hb := full(heartbeat)
 	if allocs := testing.AllocsPerRun(100, func() { _, _ = trim.trim(hb) }); allocs != 1 {
 		t.Errorf("a heartbeat allocates %v objects in the transform, want 1 (the Node)", allocs)
+	}
+}
+
+// The wire trimming (nodewire) must keep everything trimNode keeps: the
+// cache holds the same node whether the event was trimmed on the wire or
+// not. Random nodes, every field filled, through both paths.
+func TestWireTrimKeepsWhatTheCacheKeeps(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	codec := protobuf.NewSerializer(scheme, scheme)
+	f := randfill.NewWithSeed(16).NilChance(0.2).NumElements(0, 4).Funcs(
+		// The random Quantities and FieldsV1 are not what an API server
+		// encodes (and do not survive a round trip); what matters here is
+		// that they are present and dropped.
+		func(q *resource.Quantity, c randfill.Continue) { *q = resource.MustParse(strconv.Itoa(c.Intn(64))) },
+		func(fv *metav1.FieldsV1, c randfill.Continue) { fv.Raw = []byte(`{"f:status":{}}`) },
+		func(tm *metav1.Time, c randfill.Continue) { *tm = metav1.Unix(c.Int63n(1<<31), 0) },
+	)
+	var tr nodewire.Trimmer
+	for i := range 300 {
+		n := &corev1.Node{}
+		f.Fill(n)
+		n.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}
+		if i%2 == 0 { // half of them Ready, as the trimming looks for it by name
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown}[i%3]})
+		}
+		var full bytes.Buffer
+		if err := codec.Encode(n, &full); err != nil {
+			t.Fatal(err)
+		}
+		wire, ok := tr.Object(nil, full.Bytes(), "Node")
+		if !ok {
+			t.Fatalf("node %d: not trimmed", i)
+		}
+		if len(n.ManagedFields)+len(n.Status.Images) > 0 && len(wire) >= full.Len() {
+			t.Errorf("node %d: %d bytes trimmed into %d", i, full.Len(), len(wire))
+		}
+		whole, _, err := codec.Decode(full.Bytes(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut, _, err := codec.Decode(wire, nil, nil)
+		if err != nil {
+			t.Fatalf("node %d: decoding the trimmed node: %v", i, err)
+		}
+		want, _ := trimNode(whole)
+		got, _ := trimNode(cut)
+		if !equality.Semantic.DeepEqual(want, got) {
+			t.Fatalf("node %d: the cache would keep\n%+v\nwhen trimmed on the wire, not\n%+v", i, got, want)
+		}
 	}
 }

@@ -81,10 +81,18 @@ func startController(t *testing.T) {
 			return
 		}
 		mcfg := rest.CopyConfig(cfg)
+		// As cmd/controller talks to the API server: protobuf, the nodes
+		// trimmed on the wire.
+		controller.ClientConfig(mcfg)
 		mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} }
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(testLogWriter{})))
+		cacheOpts, err := controller.CacheOptions(mcfg, driverNS)
+		if err != nil {
+			startErr = err
+			return
+		}
 		mgr, err := ctrl.NewManager(mcfg, ctrl.Options{
-			Scheme: scheme, Cache: controller.CacheOptions(driverNS),
+			Scheme: scheme, Cache: cacheOpts,
 			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		})
 		if err != nil {

@@ -34,8 +34,12 @@ import (
 // the test ends and returns its cache, once it is synced and listening.
 func serveWebhook(t *testing.T, opts crwebhook.Options, certs *webhook.Certs, mut ...func(*ctrl.Options)) cache.Cache {
 	t.Helper()
+	cacheOpts, err := controller.CacheOptions(cfg, driverNS)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mo := ctrl.Options{
-		Scheme: scheme, Cache: controller.CacheOptions(driverNS),
+		Scheme: scheme, Cache: cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		WebhookServer: crwebhook.NewServer(opts),
 	}
