@@ -271,32 +271,16 @@ func (t *Trimmer) Node(dst, node []byte) ([]byte, bool) {
 		}
 		switch {
 		case num == nodeMetadata && typ == protowire.BytesType:
-			t.meta = t.meta[:0]
-			for m := v; len(m) > 0; {
-				mnum, _, _, mn := next(m)
-				if mn < 0 {
-					return dst, false
-				}
-				if mnum != metaManagedFields {
-					t.meta = append(t.meta, m[:mn]...)
-				}
-				m = m[mn:]
+			var ok bool
+			if t.meta, ok = appendKept(t.meta[:0], v, notManagedFields); !ok {
+				return dst, false
 			}
 			dst = protowire.AppendTag(dst, num, typ)
 			dst = protowire.AppendBytes(dst, t.meta)
 		case num == nodeStatus && typ == protowire.BytesType:
-			t.status = t.status[:0]
-			for s := v; len(s) > 0; {
-				snum, styp, sv, sn := next(s)
-				if sn < 0 {
-					return dst, false
-				}
-				if snum == statusConditions && styp == protowire.BytesType {
-					if ct, _ := field(sv, conditionType); string(ct) == "Ready" {
-						t.status = append(t.status, s[:sn]...)
-					}
-				}
-				s = s[sn:]
+			var ok bool
+			if t.status, ok = appendKept(t.status[:0], v, readyCondition); !ok {
+				return dst, false
 			}
 			dst = protowire.AppendTag(dst, num, typ)
 			dst = protowire.AppendBytes(dst, t.status)
@@ -304,6 +288,35 @@ func (t *Trimmer) Node(dst, node []byte) ([]byte, bool) {
 			dst = append(dst, b[:n]...)
 		}
 		b = b[n:]
+	}
+	return dst, true
+}
+
+// notManagedFields keeps every field of an ObjectMeta but its managed fields.
+func notManagedFields(num protowire.Number, _ protowire.Type, _ []byte) bool {
+	return num != metaManagedFields
+}
+
+// readyCondition keeps, of a NodeStatus, its Ready condition.
+func readyCondition(num protowire.Number, typ protowire.Type, v []byte) bool {
+	if num != statusConditions || typ != protowire.BytesType {
+		return false
+	}
+	ct, _ := field(v, conditionType)
+	return string(ct) == "Ready"
+}
+
+// appendKept appends to dst the fields of msg that keep keeps.
+func appendKept(dst, msg []byte, keep func(protowire.Number, protowire.Type, []byte) bool) ([]byte, bool) {
+	for len(msg) > 0 {
+		num, typ, v, n := next(msg)
+		if n < 0 {
+			return dst, false
+		}
+		if keep(num, typ, v) {
+			dst = append(dst, msg[:n]...)
+		}
+		msg = msg[n:]
 	}
 	return dst, true
 }
