@@ -169,7 +169,7 @@ func (r *watchReader) Close() error { return r.body.Close() }
 // Trimmer rewrites protobuf-encoded Nodes. Its scratch buffers are reused
 // from call to call; it is not safe for concurrent use.
 type Trimmer struct {
-	node, meta, status, unknown, ext []byte
+	node, field, unknown, ext []byte
 }
 
 // WatchEvent appends to dst the metav1.WatchEvent ev with its Node
@@ -269,23 +269,24 @@ func (t *Trimmer) Node(dst, node []byte) ([]byte, bool) {
 		if n < 0 {
 			return dst, false
 		}
-		switch {
-		case num == nodeMetadata && typ == protowire.BytesType:
-			var ok bool
-			if t.meta, ok = appendKept(t.meta[:0], v, notManagedFields); !ok {
-				return dst, false
+		var keep func(protowire.Number, protowire.Type, []byte) bool
+		if typ == protowire.BytesType {
+			switch num {
+			case nodeMetadata:
+				keep = notManagedFields
+			case nodeStatus:
+				keep = readyCondition
 			}
-			dst = protowire.AppendTag(dst, num, typ)
-			dst = protowire.AppendBytes(dst, t.meta)
-		case num == nodeStatus && typ == protowire.BytesType:
-			var ok bool
-			if t.status, ok = appendKept(t.status[:0], v, readyCondition); !ok {
-				return dst, false
-			}
-			dst = protowire.AppendTag(dst, num, typ)
-			dst = protowire.AppendBytes(dst, t.status)
-		default:
+		}
+		if keep == nil {
 			dst = append(dst, b[:n]...)
+		} else {
+			var ok bool
+			if t.field, ok = appendKept(t.field[:0], v, keep); !ok {
+				return dst, false
+			}
+			dst = protowire.AppendTag(dst, num, typ)
+			dst = protowire.AppendBytes(dst, t.field)
 		}
 		b = b[n:]
 	}
