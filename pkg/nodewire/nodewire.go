@@ -156,7 +156,7 @@ func (r *watchReader) next() {
 		return
 	}
 	r.out = append(r.out[:0], 0, 0, 0, 0)
-	out, ok := r.t.WatchEvent(r.out, r.in)
+	out, ok := r.t.watchEvent(r.out, r.in)
 	if !ok {
 		out = append(r.out[:4], r.in...)
 	}
@@ -172,10 +172,10 @@ type Trimmer struct {
 	node, field, unknown, ext []byte
 }
 
-// WatchEvent appends to dst the metav1.WatchEvent ev with its Node
+// watchEvent appends to dst the metav1.WatchEvent ev with its Node
 // trimmed. It returns false, and dst as it was, when ev does not carry a
 // Node in protobuf or cannot be parsed.
-func (t *Trimmer) WatchEvent(dst, ev []byte) ([]byte, bool) {
+func (t *Trimmer) watchEvent(dst, ev []byte) ([]byte, bool) {
 	obj, ok := field(ev, watchEventObject)
 	if !ok {
 		return dst, false
@@ -221,7 +221,7 @@ func (t *Trimmer) Object(dst, obj []byte, kind string) ([]byte, bool) {
 	}
 	var trimmed []byte
 	if kind == "Node" {
-		trimmed, ok = t.Node(t.node[:0], raw)
+		trimmed, ok = t.appendNode(t.node[:0], raw)
 		if ok {
 			t.node = trimmed
 		}
@@ -248,7 +248,7 @@ func (t *Trimmer) list(list []byte) ([]byte, bool) {
 		}
 		if num == listItems && typ == protowire.BytesType {
 			var ok bool
-			if item, ok = t.Node(item[:0], v); !ok {
+			if item, ok = t.appendNode(item[:0], v); !ok {
 				return nil, false
 			}
 			out = protowire.AppendTag(out, num, typ)
@@ -261,9 +261,9 @@ func (t *Trimmer) list(list []byte) ([]byte, bool) {
 	return out, true
 }
 
-// Node appends to dst the Node message node with its managed fields and
+// appendNode appends to dst the Node message node with its managed fields and
 // all of its status but the Ready condition left out.
-func (t *Trimmer) Node(dst, node []byte) ([]byte, bool) {
+func (t *Trimmer) appendNode(dst, node []byte) ([]byte, bool) {
 	for b := node; len(b) > 0; {
 		num, typ, v, n := next(b)
 		if n < 0 {
