@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Field numbers of the Kubernetes protobuf messages this package reads
@@ -304,7 +305,7 @@ func readyCondition(num protowire.Number, typ protowire.Type, v []byte) bool {
 		return false
 	}
 	ct, _ := field(v, conditionType)
-	return string(ct) == "Ready"
+	return string(ct) == string(corev1.NodeReady)
 }
 
 // appendKept appends to dst the fields of msg that keep keeps.

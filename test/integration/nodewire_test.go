@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func TestCacheClientTrimsNodesOnTheWire(t *testing.T) {
 		if len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Type != corev1.NodeReady || n.Status.Conditions[0].Status != corev1.ConditionTrue {
 			t.Errorf("%s: conditions %+v, want the Ready one alone", how, n.Status.Conditions)
 		}
-		if n.Labels[label] != "true" || n.Annotations["nvidia.com/gpu-driver-upgrade-state.move-to"] != "x" || !n.Spec.Unschedulable || !hasTaint(n, "nvidia.com/gpu") || n.UID == "" {
+		if n.Labels[label] != "true" || n.Annotations["nvidia.com/gpu-driver-upgrade-state.move-to"] != "x" || !n.Spec.Unschedulable || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "nvidia.com/gpu" }) || n.UID == "" {
 			t.Errorf("%s: lost what the cache reads: labels %v, annotations %v, spec %+v, uid %q", how, n.Labels, n.Annotations, n.Spec, n.UID)
 		}
 	}
@@ -116,13 +117,4 @@ func TestCacheClientTrimsNodesOnTheWire(t *testing.T) {
 	if len(one.ManagedFields) == 0 || len(one.Status.Images) != 1 || len(one.Status.Conditions) != 2 {
 		t.Errorf("a single node read was trimmed: managed fields %d, images %d, conditions %d", len(one.ManagedFields), len(one.Status.Images), len(one.Status.Conditions))
 	}
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
 }
