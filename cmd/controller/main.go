@@ -108,6 +108,7 @@ func run() int {
 	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	controller.ClientConfig(cfg)
 	cfg.Wrap(controller.CountWrites)
+	cfg.Wrap(controller.TimeAnswers)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)

@@ -19,7 +19,16 @@ var moveSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 })
 
-func init() { metrics.Registry.MustRegister(moveSeconds) }
+// moveParts splits nvdriver_move_seconds by whose time it was: the API
+// server answering the labeller's patch (answer), and the rest (own: the
+// labeller's wait for its turn, its pass, its client).
+var moveParts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "nvdriver_move_part_seconds",
+	Help:    "nvdriver_move_seconds by part: answer (the API server answering the labeller's patch) and own (the rest: the labeller's turn, its pass).",
+	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 2.5, 5, 10},
+}, []string{"part"})
+
+func init() { metrics.Registry.MustRegister(moveSeconds, moveParts) }
 
 // moveClock holds, per node, when an event first woke the labeller for it
 // since the labeller's last pass took the nodes it was woken for.
@@ -76,7 +85,11 @@ func (m *moveClock) giveBack(node string, at time.Time) {
 	}
 }
 
-// moved observes a move written now whose first event came at at.
-func (m *moveClock) moved(at time.Time) {
-	moveSeconds.Observe(m.clock().Sub(at).Seconds())
+// moved observes a move written now whose first event came at at, the API
+// server having taken answer to answer its patch.
+func (m *moveClock) moved(at time.Time, answer time.Duration) {
+	total := m.clock().Sub(at)
+	moveSeconds.Observe(total.Seconds())
+	moveParts.WithLabelValues("answer").Observe(answer.Seconds())
+	moveParts.WithLabelValues("own").Observe(max(total-answer, 0).Seconds())
 }

@@ -3,12 +3,20 @@ package controller
 import (
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func moveCount(t *testing.T) (uint64, float64) {
 	t.Helper()
 	h := metricNow(t, moveSeconds).GetHistogram()
 	return h.GetSampleCount(), h.GetSampleSum()
+}
+
+// movePart is the sum observed so far of one part of the moves.
+func movePart(t *testing.T, part string) float64 {
+	t.Helper()
+	return metricNow(t, moveParts.WithLabelValues(part).(prometheus.Metric)).GetHistogram().GetSampleSum()
 }
 
 // A move is timed from the first event that woke the labeller for its node
@@ -32,13 +40,18 @@ func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
 	}
 	now = now.Add(200 * time.Millisecond)
 	n0, s0 := moveCount(t)
+	a0, o0 := movePart(t, "answer"), movePart(t, "own")
 	c := newNodeChanges()
 	c.moves["moved"], c.moves["held"] = true, true
-	c.patched["moved"] = true
+	c.patched["moved"] = 120 * time.Millisecond
 	r.timeMoves(c, woken)
 	n1, s1 := moveCount(t)
 	if n1-n0 != 1 || s1-s0 < 0.299 || s1-s0 > 0.301 {
 		t.Errorf("one move of 300 ms: got %d observed, %.3f s", n1-n0, s1-s0)
+	}
+	// Of its 300 ms the patch's answer took 120: the rest is the labeller's.
+	if a, o := movePart(t, "answer")-a0, movePart(t, "own")-o0; a < 0.119 || a > 0.121 || o < 0.179 || o > 0.181 {
+		t.Errorf("the move's parts: answer %.3f s, own %.3f s; want 0.120 and 0.180", a, o)
 	}
 
 	// The next pass writes the held node: 300 ms more since its event.
@@ -49,7 +62,7 @@ func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
 		t.Error("a node the pass had no move for was kept for the next")
 	}
 	c = newNodeChanges()
-	c.moves["held"], c.patched["held"] = true, true
+	c.moves["held"], c.patched["held"] = true, 50*time.Millisecond
 	r.timeMoves(c, woken)
 	n2, s2 := moveCount(t)
 	if n2-n1 != 1 || s2-s1 < 0.599 || s2-s1 > 0.601 {

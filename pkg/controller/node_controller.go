@@ -77,12 +77,12 @@ func (r *NodeLabeler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Resul
 // behind our own write, or a failed patch): that pass will.
 func (r *NodeLabeler) timeMoves(c *nodeChanges, woken map[string]time.Time) {
 	for node, at := range woken {
-		switch {
-		case !c.moves[node]:
-			// Nothing to move: the event woke the pass for something else.
-		case c.patched[node]:
-			r.moves.moved(at)
-		default:
+		if !c.moves[node] {
+			continue // nothing to move: the event woke the pass for something else
+		}
+		if answer, ok := c.patched[node]; ok {
+			r.moves.moved(at, answer)
+		} else {
 			r.moves.giveBack(node, at)
 		}
 	}
@@ -110,13 +110,15 @@ type nodeChanges struct {
 	uncordon            map[string]bool
 	// moves: the nodes, owned before, whose move these changes start (their
 	// owner label or move-to annotation); patched: the nodes whose patch
-	// went through (patchNodes). For the move clock.
-	moves, patched map[string]bool
+	// went through (patchNodes), with the time the API server took to
+	// answer it. For the move clock.
+	moves   map[string]bool
+	patched map[string]time.Duration
 }
 
 func newNodeChanges() *nodeChanges {
 	return &nodeChanges{labels: map[string]map[string]*string{}, annotations: map[string]map[string]*string{}, uncordon: map[string]bool{},
-		moves: map[string]bool{}, patched: map[string]bool{}}
+		moves: map[string]bool{}, patched: map[string]time.Duration{}}
 }
 
 // releaseLeftNodes hands back, as they were, the nodes that left every
@@ -230,7 +232,8 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 				node := &corev1.Node{}
 				node.Name = name
 				waited := excludeFromCost(ctx)
-				err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
+				pctx, answers := withAnswerClock(ctx)
+				err := r.Client.Patch(pctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
 				waited()
 				if err != nil {
 					log.FromContext(ctx).Error(err, "labelling node", "node", name)
@@ -245,7 +248,7 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 					r.written.wrote(name, p, node.ResourceVersion)
 				}
 				mu.Lock()
-				c.patched[name] = true
+				c.patched[name] = answers.answered()
 				mu.Unlock()
 			}
 		}()

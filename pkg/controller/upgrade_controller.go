@@ -304,15 +304,15 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 	}
 	exec.SetLimit(PassWorkers)
 	// carry runs in the pass's goroutines: it takes the node's position,
-	// read from the index before they start.
-	carry := func(i int, dec upgrade.Decision, pods *stepPods) {
+	// read from the index before they start, and the step's clock.
+	carry := func(st *stepClock, i int, dec upgrade.Decision, pods *stepPods) {
 		node := ps.nodes[i]
-		if err := r.execute(ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], pods, dec); err != nil {
+		if err := r.execute(st.ctx, d, node.DeepCopy(), ps.podObjs[dec.Node], pods, dec); err != nil {
 			log.FromContext(ctx).Error(err, "upgrade step", "node", dec.Node, "from", dec.From, "to", dec.To)
 			fail(err)
 			return
 		}
-		upgradeTransition.WithLabelValues(dec.To).Observe(time.Since(passStart).Seconds())
+		st.observe(dec.To, passStart)
 	}
 	// A node the rollout holds waits for an event (a resume, a spec
 	// change, a node finishing), not for a timer: a paused rollout costs
@@ -336,17 +336,21 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 			continue
 		}
 		// Each decision touches its own node only: carried out concurrently.
+		st := queueStep(ctx)
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
-			carry(i, dec, nil)
+			st.start()
+			carry(st, i, dec, nil)
 			return nil
 		})
 	}
 	for _, i := range listing {
+		st := queueStep(ctx)
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
+			st.start()
 			in := ps.inputs[i] // a copy: the listing fills it
-			pods, err := r.observePods(ctx, &in, policy)
+			pods, err := r.observePods(st.ctx, &in, policy)
 			if err != nil {
 				// Not decided: it runs again soon (an error requeues).
 				fail(fmt.Errorf("pods on %s: %w", in.Name, err))
@@ -355,7 +359,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 			dec := upgrade.Step(in, policy, now)
 			keepsBusy(dec, i)
 			if dec.Changed() {
-				carry(i, dec, pods)
+				carry(st, i, dec, pods)
 			}
 			return nil
 		})
@@ -365,6 +369,37 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		return ctrl.Result{RequeueAfter: requeueWhileUpgrading}, firstErr
 	}
 	return ctrl.Result{}, firstErr
+}
+
+// stepClock times one node's step in a pass, to split its transition's
+// latency by whose time it was (upgradeTransitionParts).
+type stepClock struct {
+	ctx             context.Context // the pass's, with the step's answer clock
+	answers         *answerClock
+	now             func() time.Time
+	queued, started time.Time
+}
+
+// queueStep starts timing a step about to be handed to the pass's workers:
+// from now until one takes it (start) it waits for a worker.
+func queueStep(ctx context.Context) *stepClock {
+	sctx, c := withAnswerClock(ctx)
+	return &stepClock{ctx: sctx, answers: c, now: time.Now, queued: time.Now()}
+}
+
+func (s *stepClock) start() { s.started = s.now() }
+
+// observe records a transition into to written now, in a pass that started
+// at passStart: its whole latency and its parts. Own is what is left when
+// the answers and the wait for a worker are taken out: the pass's work
+// before the step was queued, and the step's own between its requests.
+func (s *stepClock) observe(to string, passStart time.Time) {
+	total := s.now().Sub(passStart)
+	answer, queue := s.answers.answered(), s.started.Sub(s.queued)
+	upgradeTransition.WithLabelValues(to).Observe(total.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "answer").Observe(answer.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "queue").Observe(queue.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "own").Observe(max(total-answer-queue, 0).Seconds())
 }
 
 // execute carries out one decision: actions first, then the state label and

@@ -201,6 +201,7 @@ spec:
 	rolloutPhase(t, "canary", v1alpha1.RolloutComplete, 30*time.Second)
 	t.Logf("canary of 2 done and waiting %s after the patch; all %d nodes %s after it; controller time per transition since the restart: %s",
 		canaryTook.Round(100*time.Millisecond), total, time.Since(rolloutStart).Round(100*time.Millisecond), transitionQuantiles(&replica{metrics: ctrlMetrics}))
+	checkTransitionParts(t, &replica{metrics: ctrlMetrics})
 	h := history(t, "canary")
 	if len(h) != 2 || h[0].Version != "470.141.10" || h[1].Version != "525.125.06" || !h[1].Current || h[1].Revision != 2 {
 		t.Errorf("history %+v", h)
@@ -475,7 +476,7 @@ func transitionQuantiles(r *replica) string {
 		return "no transitions recorded"
 	}
 	bound := func(q float64) string {
-		for _, le := range []string{"0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10"} {
+		for _, le := range []string{"0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "0.75", "1", "1.5", "2", "2.5", "5", "10"} {
 			if r.metric(name+"_bucket", `le="`+le+`"`) >= q*count {
 				return "<=" + le + "s"
 			}
@@ -483,4 +484,34 @@ func transitionQuantiles(r *replica) string {
 		return ">10s"
 	}
 	return fmt.Sprintf("p50 %s, p95 %s over %.0f transitions", bound(0.5), bound(0.95), count)
+}
+
+// checkTransitionParts: every transition the controller wrote is split by
+// whose time it was, and each wrote its node through the client that times
+// the API server's answers (cmd/controller wires TimeAnswers), so the
+// answers' part is not empty and no part exceeds the whole.
+func checkTransitionParts(t *testing.T, r *replica) {
+	t.Helper()
+	const whole, parts = "nvdriver_upgrade_transition_seconds", "nvdriver_upgrade_transition_part_seconds"
+	n, sum := r.metric(whole+"_count"), r.metric(whole+"_sum")
+	if n <= 0 {
+		t.Errorf("no transitions recorded")
+		return
+	}
+	total := 0.0
+	for _, part := range []string{"answer", "queue", "own"} {
+		if c := r.metric(parts+"_count", `part="`+part+`"`); c != n {
+			t.Errorf("%.0f transitions but %.0f observations of their %s part", n, c, part)
+		}
+		total += r.metric(parts+"_sum", `part="`+part+`"`)
+	}
+	if a := r.metric(parts+"_sum", `part="answer"`); a <= 0 {
+		t.Errorf("the transitions' answer part is %.3f s: the API server's answers are not timed", a)
+	}
+	// own is clamped at 0, so the parts may exceed the whole by rounding only.
+	if total > sum*1.01+0.001 {
+		t.Errorf("the parts add up to %.3f s, the transitions to %.3f s", total, sum)
+	}
+	t.Logf("transitions: %.0f, %.2f s in all: the API server's answers %.2f s, waiting for a worker %.2f s, the controller's own %.2f s",
+		n, sum, r.metric(parts+"_sum", `part="answer"`), r.metric(parts+"_sum", `part="queue"`), r.metric(parts+"_sum", `part="own"`))
 }

@@ -84,7 +84,8 @@ func startController(t *testing.T) {
 		// As cmd/controller talks to the API server: protobuf, the nodes
 		// trimmed on the wire.
 		controller.ClientConfig(mcfg)
-		mcfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} }
+		mcfg.Wrap(controller.TimeAnswers)
+		mcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} })
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(testLogWriter{})))
 		cacheOpts, err := controller.CacheOptions(mcfg, driverNS)
 		if err != nil {

@@ -551,13 +551,23 @@ func (e *env) moveLatency() error {
 	// woke the labeller to its patch returning), and one write's round
 	// trip on this cluster now (the bench's own relabel).
 	sort.Float64s(own)
-	ctl := histBetween(m0, e.ctrl.scrape(), "nvdriver_move_seconds")
+	moved := e.ctrl.scrape()
+	ctl := histBetween(m0, moved, "nvdriver_move_seconds")
 	res.Values["move_controller_p50_ms"] = ctl.quantile(0.5) * 1000
 	res.Values["move_controller_p99_ms"] = ctl.quantile(0.99) * 1000
 	res.Values["move_relabel_p50_ms"] = percentile(own, 50) * 1000
 	res.Values["move_relabel_p99_ms"] = percentile(own, 99) * 1000
 	logf("moves: the controller's part (%.0f timed) p50 %.0f ms, p99 %.0f ms (histogram buckets); the bench's relabel PATCH p50 %.0f ms, p99 %.0f ms",
 		ctl.count(), res.Values["move_controller_p50_ms"], res.Values["move_controller_p99_ms"], res.Values["move_relabel_p50_ms"], res.Values["move_relabel_p99_ms"])
+	// The controller's part, split: the API server answering the labeller's
+	// patch, and the rest (docs/design.md, "Whose time a transition is").
+	for _, part := range []string{"answer", "own"} {
+		h := histBetween(m0, moved, "nvdriver_move_part_seconds", "part", part)
+		res.Values["move_"+part+"_p50_ms"] = h.quantile(0.5) * 1000
+		res.Values["move_"+part+"_p99_ms"] = h.quantile(0.99) * 1000
+	}
+	logf("moves: of the controller's part, the API server answering its patch p50 %.0f ms p99 %.0f ms; the rest (the labeller's turn and pass) p50 %.0f ms p99 %.0f ms",
+		res.Values["move_answer_p50_ms"], res.Values["move_answer_p99_ms"], res.Values["move_own_p50_ms"], res.Values["move_own_p99_ms"])
 	if err := e.waitAllReady(20 * time.Minute); err != nil {
 		return err
 	}

@@ -40,11 +40,14 @@ func (e *env) report() {
 	fmt.Printf("| idle: node heartbeats received; controller CPU per heartbeat | %.1f/s; %.2f ms | what the idle CPU is made of |\n", v["idle_heartbeats_per_second"], v["idle_cpu_ms_per_heartbeat"])
 	fmt.Printf("| node move → move state (%v moves) | p50 %.0f ms, p99 %.0f ms | target p99 ≤ 1 s |\n", v["moves"], v["move_latency_p50_ms"], v["move_latency_p99_ms"])
 	fmt.Printf("| of which the controller's (event → labeller's patch returned) / the bench's relabel PATCH | p50 %.0f / %.0f ms, p99 %.0f / %.0f ms | |\n", v["move_controller_p50_ms"], v["move_relabel_p50_ms"], v["move_controller_p99_ms"], v["move_relabel_p99_ms"])
+	fmt.Printf("| of the controller's part: the API server answering its patch / the rest (the labeller's turn and pass) | p50 %.0f / %.0f ms, p99 %.0f / %.0f ms | |\n", v["move_answer_p50_ms"], v["move_own_p50_ms"], v["move_answer_p99_ms"], v["move_own_p99_ms"])
 	fmt.Printf("| CPU per 1,000 reconciles (during the moves) | %.2f s | |\n", v["cpu_seconds_per_1000_reconciles"])
 	fmt.Printf("| rollout of %.0f nodes at maxParallelUpgrades %d | %.1f s; %v transitions, controller latency p50 %.1f ms, p95 %.1f ms (queue wait p50 %.1f, p95 %.1f ms) | target p95 ≤ 1 s; NVIDIA ~2 min per node |\n",
 		v["rollout_nodes"], *rollP, v["rollout_seconds"], v["rollout_transitions"], v["transition_p50_ms"], v["transition_p95_ms"], v["queue_wait_p50_ms"], v["queue_wait_p95_ms"])
 	fmt.Printf("| the same rollout: its steps after the first pass's marking (every transition but into upgrade-required); the API server's answers | p50 %.0f ms, p95 %.0f ms; PATCH answered p50 %.0f ms, p95 %.0f ms | |\n",
 		v["rollout_step_p50_ms"], v["rollout_step_p95_ms"], v["rollout_patch_p50_ms"], v["rollout_patch_p95_ms"])
+	fmt.Printf("| the same rollout's transitions by part, p95 (the steps after the marking): the API server answering the node's requests; waiting for a pass worker; the controller's own | %.0f (%.0f) ms; %.0f (%.0f) ms; %.0f (%.0f) ms | whose time the latency is |\n",
+		v["transition_answer_p95_ms"], v["rollout_step_answer_p95_ms"], v["transition_queue_p95_ms"], v["rollout_step_queue_p95_ms"], v["transition_own_p95_ms"], v["rollout_step_own_p95_ms"])
 	fmt.Printf("| the same rollout's marking (every node upgrade-required, seen by a watcher) | %.1f s after the patch (the first node at %.1f s), %.0f patches/s; PATCH answered p50 %.0f ms, of it the client's rate limiter p50 %.1f ms, p95 %.1f ms (%d at a time: %.0f/s); cores: controller %.2f, kube-apiserver %.2f, etcd %.2f, machine busy %.2f | whose pace the transition p95 is |\n",
 		v["marking_seconds"], v["marking_first_seconds"], v["marking_patches_per_second"], v["marking_patch_p50_ms"], v["marking_limiter_p50_ms"], v["marking_limiter_p95_ms"], controller.PassWorkers, v["marking_rate_at_answer_time"],
 		v["marking_controller_cores"], v["marking_cores_kube-apiserver"], v["marking_cores_etcd"], v["marking_machine_busy_cores"])
