@@ -66,6 +66,8 @@ type UpgradeReconciler struct {
 	// lastListed holds, per node whose driver pod is being replaced, when
 	// its pods were last listed (recheckDue).
 	lastListed sync.Map
+	// latencyClock times the transitions (time.Now when nil; tests set it).
+	latencyClock func() time.Time
 
 	Client    client.Client
 	APIReader client.Reader // uncached: GPU pods are listed per node only when needed
@@ -88,8 +90,8 @@ func (r *UpgradeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	// A CR being deleted still runs: its nodes leave through the machine
 	// (cordon, evict, then the move), and its finalizer waits for them.
-	passStart := time.Now()
-	now := passStart
+	passStart := r.latencyNow()
+	now := time.Now()
 	if r.Now != nil {
 		now = r.Now()
 	}
@@ -325,7 +327,11 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		}
 	}
 	var listing []int
-	for _, dec := range upgrade.Decide(ps.inputs, policy, now) {
+	decs := upgrade.Decide(ps.inputs, policy, now)
+	// Every step waits for a worker from here: the loop below hands them
+	// out in turn, and blocks while all workers are busy.
+	decided := r.latencyNow()
+	for _, dec := range decs {
 		i := ps.at(dec.Node)
 		if ps.listPods[i] {
 			listing = append(listing, i) // decided below, with its pods
@@ -336,7 +342,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 			continue
 		}
 		// Each decision touches its own node only: carried out concurrently.
-		st := queueStep(ctx)
+		st := r.queueStep(ctx, decided)
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
 			st.start()
@@ -345,7 +351,7 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		})
 	}
 	for _, i := range listing {
-		st := queueStep(ctx)
+		st := r.queueStep(ctx, decided)
 		exec.Go(func() error {
 			defer excludeFromCost(ctx)()
 			st.start()
@@ -380,11 +386,19 @@ type stepClock struct {
 	queued, started time.Time
 }
 
-// queueStep starts timing a step about to be handed to the pass's workers:
-// from now until one takes it (start) it waits for a worker.
-func queueStep(ctx context.Context) *stepClock {
+// queueStep starts timing a step the pass decided at decided: from then
+// until a worker takes it (start) it waits for one.
+func (r *UpgradeReconciler) queueStep(ctx context.Context, decided time.Time) *stepClock {
 	sctx, c := withAnswerClock(ctx)
-	return &stepClock{ctx: sctx, answers: c, now: time.Now, queued: time.Now()}
+	c.now = r.latencyNow
+	return &stepClock{ctx: sctx, answers: c, now: r.latencyNow, queued: decided}
+}
+
+func (r *UpgradeReconciler) latencyNow() time.Time {
+	if r.latencyClock != nil {
+		return r.latencyClock()
+	}
+	return time.Now()
 }
 
 func (s *stepClock) start() { s.started = s.now() }

@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,5 +188,97 @@ func TestDriverPodDeletionReadsItsStepsListing(t *testing.T) {
 				t.Errorf("a deletion without its step's listing listed %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// heldPatches holds the node patches in waves of PassWorkers, each until
+// its channel is closed, and times each patch in its step's answer clock as
+// the client's transport does (TimeAnswers), on the test's clock.
+type heldPatches struct {
+	client.Client
+	clk   *fakeNow
+	waves []chan struct{}
+	mu    sync.Mutex
+	held  int
+}
+
+func (h *heldPatches) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	start := h.clk.now()
+	h.mu.Lock()
+	wave := h.held / PassWorkers
+	h.held++
+	h.mu.Unlock()
+	if wave < len(h.waves) {
+		<-h.waves[wave]
+	}
+	err := h.Client.Patch(ctx, obj, patch, opts...)
+	if c, _ := ctx.Value(answerClockKey{}).(*answerClock); c != nil {
+		c.add(h.clk.now().Sub(start))
+	}
+	return err
+}
+
+func (h *heldPatches) heldNow() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
+}
+
+// A transition's latency is split by whose time it was, step by step. The
+// API server takes a second to answer each of two waves of patches, every
+// worker of the pass busy with one; the steps decided with them wait for a
+// worker: the second wave a second, the last step two. Those waits are the
+// queue's however the pass hands steps out, each patch's second is the
+// answer's, and none of it is the controller's own.
+func TestTransitionPartsWhileWorkersWait(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	var objs []client.Object
+	var nodes []*corev1.Node
+	var facts []*nodeFact
+	for i := range 2*PassWorkers + 1 {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%03d", i), Labels: map[string]string{upgrade.LabelState: upgrade.StateUncordon},
+			Annotations: map[string]string{}}, Spec: corev1.NodeSpec{Unschedulable: true}}
+		objs, nodes = append(objs, n), append(nodes, n)
+		facts = append(facts, &nodeFact{state: upgrade.StateUncordon, ready: true})
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	clk := &fakeNow{}
+	held := &heldPatches{Client: c, clk: clk, waves: []chan struct{}{make(chan struct{}), make(chan struct{})}}
+	r := &UpgradeReconciler{Client: held, APIReader: c, Recorder: &events.FakeRecorder{}, latencyClock: clk.now}
+	policy := upgrade.PolicyFor(&v1alpha1.NVIDIADriverSpec{})
+	ps := r.observe(policy, nodes, facts, nil, nil)
+
+	sum := func(part string) float64 {
+		return metricNow(t, upgradeTransitionParts.WithLabelValues(upgrade.StateDone, part).(prometheus.Metric)).GetHistogram().GetSampleSum()
+	}
+	before := map[string]float64{"answer": sum("answer"), "queue": sum("queue"), "own": sum("own")}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.carryOut(ctx, &v1alpha1.NVIDIADriver{ObjectMeta: metav1.ObjectMeta{Name: "d"}}, ps, policy, time.Now(), clk.now())
+		done <- err
+	}()
+	for w, release := range held.waves {
+		for held.heldNow() < (w+1)*PassWorkers {
+			select {
+			case err := <-done:
+				t.Fatalf("the pass ended (%v) before wave %d held every worker", err, w+1)
+			case <-ctx.Done():
+				t.Fatalf("%d patches held, want %d", held.heldNow(), (w+1)*PassWorkers)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		clk.advance(time.Second)
+		close(release)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for part, want := range map[string]float64{"answer": 2 * PassWorkers, "queue": PassWorkers + 2, "own": 0} {
+		if got := sum(part) - before[part]; got < want-1e-6 || got > want+1e-6 {
+			t.Errorf("%s: %.3f s over the %d transitions, want %.0f", part, got, 2*PassWorkers+1, want)
+		}
 	}
 }
