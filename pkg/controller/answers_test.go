@@ -119,9 +119,9 @@ func TestStepClockSplitsATransition(t *testing.T) {
 	st.start()
 	answers.add(400 * time.Millisecond) // the step's LIST and PATCH
 	clk.advance(550 * time.Millisecond)
-	before := map[string]float64{"answer": sum("answer"), "queue": sum("queue"), "own": sum("own"), "total": total()}
+	before := map[string]float64{"answer": sum("answer"), "worker": sum("worker"), "own": sum("own"), "total": total()}
 	st.observe(to, passStart)
-	for part, want := range map[string]float64{"answer": 0.4, "queue": 0.2, "own": 0.2, "total": 0.8} {
+	for part, want := range map[string]float64{"answer": 0.4, "worker": 0.2, "own": 0.2, "total": 0.8} {
 		got := total() - before[part]
 		if part != "total" {
 			got = sum(part) - before[part]

@@ -59,10 +59,10 @@ var transitionBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5
 // was (docs/design.md, "Whose time a transition is"): the API server
 // answering the node's own requests (answer), the node's step waiting for
 // one of the pass's workers while all of them wait for answers to other
-// nodes' requests (queue), and the rest, the controller's own (own).
+// nodes' requests (worker), and the rest, the controller's own (own).
 var upgradeTransitionParts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_upgrade_transition_part_seconds",
-	Help:    "Each upgrade transition's latency by part: answer (the API server answering the node's requests), queue (waiting for a pass worker), own (the controller's computing and scheduling), by target state.",
+	Help:    "Each upgrade transition's latency by part: answer (the API server answering the node's requests), worker (waiting for a pass worker), own (the controller's computing and scheduling), by target state.",
 	Buckets: transitionBuckets,
 }, []string{"to", "part"})
 

@@ -406,14 +406,14 @@ func (s *stepClock) start() { s.started = s.now() }
 // observe records a transition into to written now, in a pass that started
 // at passStart: its whole latency and its parts. Own is what is left when
 // the answers and the wait for a worker are taken out: the pass's work
-// before the step was queued, and the step's own between its requests.
+// before it decided the step, and the step's own between its requests.
 func (s *stepClock) observe(to string, passStart time.Time) {
 	total := s.now().Sub(passStart)
-	answer, queue := s.answers.answered(), s.started.Sub(s.queued)
+	answer, worker := s.answers.answered(), s.started.Sub(s.queued)
 	upgradeTransition.WithLabelValues(to).Observe(total.Seconds())
 	upgradeTransitionParts.WithLabelValues(to, "answer").Observe(answer.Seconds())
-	upgradeTransitionParts.WithLabelValues(to, "queue").Observe(queue.Seconds())
-	upgradeTransitionParts.WithLabelValues(to, "own").Observe(max(total-answer-queue, 0).Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "worker").Observe(worker.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "own").Observe(max(total-answer-worker, 0).Seconds())
 }
 
 // execute carries out one decision: actions first, then the state label and

@@ -252,7 +252,7 @@ func TestTransitionPartsWhileWorkersWait(t *testing.T) {
 	sum := func(part string) float64 {
 		return metricNow(t, upgradeTransitionParts.WithLabelValues(upgrade.StateDone, part).(prometheus.Metric)).GetHistogram().GetSampleSum()
 	}
-	before := map[string]float64{"answer": sum("answer"), "queue": sum("queue"), "own": sum("own")}
+	before := map[string]float64{"answer": sum("answer"), "worker": sum("worker"), "own": sum("own")}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -276,7 +276,7 @@ func TestTransitionPartsWhileWorkersWait(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for part, want := range map[string]float64{"answer": 2 * PassWorkers, "queue": PassWorkers + 2, "own": 0} {
+	for part, want := range map[string]float64{"answer": 2 * PassWorkers, "worker": PassWorkers + 2, "own": 0} {
 		if got := sum(part) - before[part]; got < want-1e-6 || got > want+1e-6 {
 			t.Errorf("%s: %.3f s over the %d transitions, want %.0f", part, got, 2*PassWorkers+1, want)
 		}

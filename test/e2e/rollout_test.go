@@ -499,7 +499,7 @@ func checkTransitionParts(t *testing.T, r *replica) {
 		return
 	}
 	total := 0.0
-	for _, part := range []string{"answer", "queue", "own"} {
+	for _, part := range []string{"answer", "worker", "own"} {
 		if c := r.metric(parts+"_count", `part="`+part+`"`); c != n {
 			t.Errorf("%.0f transitions but %.0f observations of their %s part", n, c, part)
 		}
@@ -513,5 +513,5 @@ func checkTransitionParts(t *testing.T, r *replica) {
 		t.Errorf("the parts add up to %.3f s, the transitions to %.3f s", total, sum)
 	}
 	t.Logf("transitions: %.0f, %.2f s in all: the API server's answers %.2f s, waiting for a worker %.2f s, the controller's own %.2f s",
-		n, sum, r.metric(parts+"_sum", `part="answer"`), r.metric(parts+"_sum", `part="queue"`), r.metric(parts+"_sum", `part="own"`))
+		n, sum, r.metric(parts+"_sum", `part="answer"`), r.metric(parts+"_sum", `part="worker"`), r.metric(parts+"_sum", `part="own"`))
 }

@@ -47,7 +47,7 @@ func (e *env) report() {
 	fmt.Printf("| the same rollout: its steps after the first pass's marking (every transition but into upgrade-required); the API server's answers | p50 %.0f ms, p95 %.0f ms; PATCH answered p50 %.0f ms, p95 %.0f ms | |\n",
 		v["rollout_step_p50_ms"], v["rollout_step_p95_ms"], v["rollout_patch_p50_ms"], v["rollout_patch_p95_ms"])
 	fmt.Printf("| the same rollout's transitions by part, p95 (the steps after the marking): the API server answering the node's requests; waiting for a pass worker; the controller's own | %.0f (%.0f) ms; %.0f (%.0f) ms; %.0f (%.0f) ms | whose time the latency is |\n",
-		v["transition_answer_p95_ms"], v["rollout_step_answer_p95_ms"], v["transition_queue_p95_ms"], v["rollout_step_queue_p95_ms"], v["transition_own_p95_ms"], v["rollout_step_own_p95_ms"])
+		v["transition_answer_p95_ms"], v["rollout_step_answer_p95_ms"], v["transition_worker_p95_ms"], v["rollout_step_worker_p95_ms"], v["transition_own_p95_ms"], v["rollout_step_own_p95_ms"])
 	fmt.Printf("| the same rollout's marking (every node upgrade-required, seen by a watcher) | %.1f s after the patch (the first node at %.1f s), %.0f patches/s; PATCH answered p50 %.0f ms, of it the client's rate limiter p50 %.1f ms, p95 %.1f ms (%d at a time: %.0f/s); cores: controller %.2f, kube-apiserver %.2f, etcd %.2f, machine busy %.2f | whose pace the transition p95 is |\n",
 		v["marking_seconds"], v["marking_first_seconds"], v["marking_patches_per_second"], v["marking_patch_p50_ms"], v["marking_limiter_p50_ms"], v["marking_limiter_p95_ms"], controller.PassWorkers, v["marking_rate_at_answer_time"],
 		v["marking_controller_cores"], v["marking_cores_kube-apiserver"], v["marking_cores_etcd"], v["marking_machine_busy_cores"])

@@ -120,7 +120,7 @@ func (e *env) patchDefault(want int) error {
 	// waiting for a pass worker (all busy waiting for answers), and the
 	// controller's own rest; over every transition and over the steps.
 	const parts = "nvdriver_upgrade_transition_part_seconds"
-	for _, part := range []string{"answer", "queue", "own"} {
+	for _, part := range []string{"answer", "worker", "own"} {
 		all := histBetween(m0, m1, parts, "part", part)
 		stepPart := all.minus(histBetween(m0, m1, parts, "part", part, "to", upgrade.StateRequired))
 		res.Values["transition_"+part+"_p50_ms"] = all.quantile(0.5) * 1000
@@ -129,7 +129,7 @@ func (e *env) patchDefault(want int) error {
 	}
 	logf("rollout: transitions by part, p50 / p95 (the steps after the marking p95): the API server's answers %.0f / %.0f ms (%.0f), waiting for a worker %.0f / %.0f ms (%.0f), the controller's own %.0f / %.0f ms (%.0f)",
 		res.Values["transition_answer_p50_ms"], res.Values["transition_answer_p95_ms"], res.Values["rollout_step_answer_p95_ms"],
-		res.Values["transition_queue_p50_ms"], res.Values["transition_queue_p95_ms"], res.Values["rollout_step_queue_p95_ms"],
+		res.Values["transition_worker_p50_ms"], res.Values["transition_worker_p95_ms"], res.Values["rollout_step_worker_p95_ms"],
 		res.Values["transition_own_p50_ms"], res.Values["transition_own_p95_ms"], res.Values["rollout_step_own_p95_ms"])
 	logf("rollout: where the machine's CPU went, in cores: %s", cpuBetween("rollout", cpu0, cpu1, ctrl1-ctrl0, res.Values["rollout_seconds"]))
 	<-marking
