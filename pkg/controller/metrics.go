@@ -48,12 +48,13 @@ var apiWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 var upgradeTransition = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_upgrade_transition_seconds",
 	Help:    "Controller time from the start of an upgrade pass to a node's transition written, by target state.",
-	Buckets: transitionBuckets,
+	Buckets: latencyBuckets,
 }, []string{"to"})
 
-// transitionBuckets are fine around the 1 s target, where a p95 read from
-// coarser buckets (0.5, 1, 2.5 s) was mostly interpolation.
-var transitionBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 2.5, 5, 10}
+// latencyBuckets, for the latencies with a 1 s target (transitions, moves),
+// are fine around it: a p95 read from coarser buckets (0.5, 1, 2.5 s) was
+// mostly interpolation.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 2.5, 5, 10}
 
 // upgradeTransitionParts splits each transition's latency by whose time it
 // was (docs/design.md, "Whose time a transition is"): the API server
@@ -63,7 +64,7 @@ var transitionBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5
 var upgradeTransitionParts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_upgrade_transition_part_seconds",
 	Help:    "Each upgrade transition's latency by part: answer (the API server answering the node's requests), worker (waiting for a pass worker), own (the controller's computing and scheduling), by target state.",
-	Buckets: transitionBuckets,
+	Buckets: latencyBuckets,
 }, []string{"to", "part"})
 
 // upgradeStateTime is how long nodes stay in each upgrade state, from the

@@ -16,7 +16,7 @@ import (
 var moveSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Name:    "nvdriver_move_seconds",
 	Help:    "Controller time from a node event that woke the node labeller to the labeller's patch that starts the node's move (owner label or move-to annotation written).",
-	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	Buckets: latencyBuckets,
 })
 
 // moveParts splits nvdriver_move_seconds by whose time it was: the API
@@ -25,7 +25,7 @@ var moveSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 var moveParts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_move_part_seconds",
 	Help:    "nvdriver_move_seconds by part: answer (the API server answering the labeller's patch) and own (the rest: the labeller's turn, its pass).",
-	Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 2.5, 5, 10},
+	Buckets: latencyBuckets,
 }, []string{"part"})
 
 func init() { metrics.Registry.MustRegister(moveSeconds, moveParts) }

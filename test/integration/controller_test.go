@@ -82,7 +82,7 @@ func startController(t *testing.T) {
 		}
 		mcfg := rest.CopyConfig(cfg)
 		// As cmd/controller talks to the API server: protobuf, the nodes
-		// trimmed on the wire.
+		// trimmed on the wire, each upgrade step's answers timed.
 		controller.ClientConfig(mcfg)
 		mcfg.Wrap(controller.TimeAnswers)
 		mcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt} })
