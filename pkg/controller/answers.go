@@ -76,3 +76,42 @@ func (b *timedBody) Close() error {
 	b.once.Do(func() { b.clock.add(b.clock.now().Sub(b.start)) })
 	return err
 }
+
+// stepClock times one node's step in a pass, to split its transition's
+// latency by whose time it was (upgradeTransitionParts).
+type stepClock struct {
+	ctx             context.Context // the pass's, with the step's answer clock
+	answers         *answerClock
+	now             func() time.Time
+	queued, started time.Time
+}
+
+// queueStep starts timing a step the pass decided at decided: from then
+// until a worker takes it (start) it waits for one.
+func (r *UpgradeReconciler) queueStep(ctx context.Context, decided time.Time) *stepClock {
+	sctx, c := withAnswerClock(ctx)
+	c.now = r.latencyNow
+	return &stepClock{ctx: sctx, answers: c, now: r.latencyNow, queued: decided}
+}
+
+func (r *UpgradeReconciler) latencyNow() time.Time {
+	if r.latencyClock != nil {
+		return r.latencyClock()
+	}
+	return time.Now()
+}
+
+func (s *stepClock) start() { s.started = s.now() }
+
+// observe records a transition into to written now, in a pass that started
+// at passStart: its whole latency and its parts. Own is what is left when
+// the answers and the wait for a worker are taken out: the pass's work
+// before it decided the step, and the step's own between its requests.
+func (s *stepClock) observe(to string, passStart time.Time) {
+	total := s.now().Sub(passStart)
+	answer, worker := s.answers.answered(), s.started.Sub(s.queued)
+	upgradeTransition.WithLabelValues(to).Observe(total.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "answer").Observe(answer.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "worker").Observe(worker.Seconds())
+	upgradeTransitionParts.WithLabelValues(to, "own").Observe(max(total-answer-worker, 0).Seconds())
+}

@@ -237,51 +237,6 @@ func (r *UpgradeReconciler) recheckDue(node string) bool {
 	return true
 }
 
-// stepPods are the pods a node's step listed on it, and of those the ones
-// it may evict. A step carried out without them (nil) listed none.
-type stepPods struct {
-	onNode, evictable []corev1.Pod
-}
-
-// observePods lists the pods on the node of in and fills what its state's
-// decision needs: validators, GPU pods and what may remove them, job pods.
-func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, policy upgrade.Policy) (*stepPods, error) {
-	onNode, err := r.podsOnNode(ctx, in.Name)
-	if err != nil {
-		return nil, err
-	}
-	sp := &stepPods{onNode: onNode}
-	if in.State == upgrade.StateValidation {
-		in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
-		return sp, nil
-	}
-	targets := stepTargets(onNode, in.State, policy.Drain)
-	in.GPUPods = len(targets)
-	if (in.State == upgrade.StatePodDeletion || in.State == upgrade.StateDrain) && len(targets) > 0 {
-		rm, err := r.plannedRemoval(ctx, in.Name, in.State, policy, targets)
-		if err != nil {
-			return nil, err
-		}
-		in.Refused = rm.refused
-		sp.evictable = rm.evict
-	}
-	if in.State == upgrade.StateDrain {
-		// The driver never restarts under a GPU pod: one the drain's
-		// selector leaves is refused too (else the node would go back
-		// and forth between pod deletion and the drain).
-		unselected := unselectedGPUPods(onNode, targets)
-		in.Refused = append(in.Refused, unselected...)
-		in.GPUPods += len(unselected)
-	}
-	if policy.WaitForJobsSelector != "" {
-		in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
-	}
-	if v, ok := r.refusals.Load(in.Name); ok {
-		in.EvictionRefused = v.(string)
-	}
-	return sp, nil
-}
-
 // carryOut decides and carries out the pass, each node's decision
 // concurrently; it asks to run again while any node is in the machine.
 //
@@ -375,45 +330,6 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 		return ctrl.Result{RequeueAfter: requeueWhileUpgrading}, firstErr
 	}
 	return ctrl.Result{}, firstErr
-}
-
-// stepClock times one node's step in a pass, to split its transition's
-// latency by whose time it was (upgradeTransitionParts).
-type stepClock struct {
-	ctx             context.Context // the pass's, with the step's answer clock
-	answers         *answerClock
-	now             func() time.Time
-	queued, started time.Time
-}
-
-// queueStep starts timing a step the pass decided at decided: from then
-// until a worker takes it (start) it waits for one.
-func (r *UpgradeReconciler) queueStep(ctx context.Context, decided time.Time) *stepClock {
-	sctx, c := withAnswerClock(ctx)
-	c.now = r.latencyNow
-	return &stepClock{ctx: sctx, answers: c, now: r.latencyNow, queued: decided}
-}
-
-func (r *UpgradeReconciler) latencyNow() time.Time {
-	if r.latencyClock != nil {
-		return r.latencyClock()
-	}
-	return time.Now()
-}
-
-func (s *stepClock) start() { s.started = s.now() }
-
-// observe records a transition into to written now, in a pass that started
-// at passStart: its whole latency and its parts. Own is what is left when
-// the answers and the wait for a worker are taken out: the pass's work
-// before it decided the step, and the step's own between its requests.
-func (s *stepClock) observe(to string, passStart time.Time) {
-	total := s.now().Sub(passStart)
-	answer, worker := s.answers.answered(), s.started.Sub(s.queued)
-	upgradeTransition.WithLabelValues(to).Observe(total.Seconds())
-	upgradeTransitionParts.WithLabelValues(to, "answer").Observe(answer.Seconds())
-	upgradeTransitionParts.WithLabelValues(to, "worker").Observe(worker.Seconds())
-	upgradeTransitionParts.WithLabelValues(to, "own").Observe(max(total-answer-worker, 0).Seconds())
 }
 
 // execute carries out one decision: actions first, then the state label and

@@ -215,3 +215,48 @@ func nodeReady(n *corev1.Node) bool {
 func fromTemplateGeneration(podLabels map[string]string, gen string) bool {
 	return gen != "" && podLabels[podTemplateGenerationLabel] == gen
 }
+
+// stepPods are the pods a node's step listed on it, and of those the ones
+// it may evict. A step carried out without them (nil) listed none.
+type stepPods struct {
+	onNode, evictable []corev1.Pod
+}
+
+// observePods lists the pods on the node of in and fills what its state's
+// decision needs: validators, GPU pods and what may remove them, job pods.
+func (r *UpgradeReconciler) observePods(ctx context.Context, in *upgrade.Node, policy upgrade.Policy) (*stepPods, error) {
+	onNode, err := r.podsOnNode(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	sp := &stepPods{onNode: onNode}
+	if in.State == upgrade.StateValidation {
+		in.ValidatorsPending = !anyReadyMatching(onNode, r.Options.ValidationPodSelector)
+		return sp, nil
+	}
+	targets := stepTargets(onNode, in.State, policy.Drain)
+	in.GPUPods = len(targets)
+	if (in.State == upgrade.StatePodDeletion || in.State == upgrade.StateDrain) && len(targets) > 0 {
+		rm, err := r.plannedRemoval(ctx, in.Name, in.State, policy, targets)
+		if err != nil {
+			return nil, err
+		}
+		in.Refused = rm.refused
+		sp.evictable = rm.evict
+	}
+	if in.State == upgrade.StateDrain {
+		// The driver never restarts under a GPU pod: one the drain's
+		// selector leaves is refused too (else the node would go back
+		// and forth between pod deletion and the drain).
+		unselected := unselectedGPUPods(onNode, targets)
+		in.Refused = append(in.Refused, unselected...)
+		in.GPUPods += len(unselected)
+	}
+	if policy.WaitForJobsSelector != "" {
+		in.JobPods = countMatching(onNode, policy.WaitForJobsSelector)
+	}
+	if v, ok := r.refusals.Load(in.Name); ok {
+		in.EvictionRefused = v.(string)
+	}
+	return sp, nil
+}
