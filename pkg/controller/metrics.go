@@ -63,7 +63,7 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .
 // nodes' requests (worker), and the rest, the controller's own (own).
 var upgradeTransitionParts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_upgrade_transition_part_seconds",
-	Help:    "Each upgrade transition's latency by part: answer (the API server answering the node's requests), worker (waiting for a pass worker), own (the controller's computing and scheduling), by target state.",
+	Help:    "Each upgrade transition's latency by part: answer (the API server answering the node's requests), worker (waiting for a pass worker), own (the rest: the controller's computing and scheduling, its client's rate limiter, the pass's CR status write), by target state.",
 	Buckets: latencyBuckets,
 }, []string{"to", "part"})
 

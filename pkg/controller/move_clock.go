@@ -10,9 +10,10 @@ import (
 
 // moveSeconds is the controller's part of what an admin's relabelled node
 // waits for: from the node event that woke the labeller to the labeller's
-// patch that starts the node's move (docs/design.md, "Move latency"). The
-// rest of the wait is the cluster's: the admin's write reaching our watch,
-// our patch's round trip, and its event reaching whoever watches.
+// patch that starts the node's move answered (docs/design.md, "Move
+// latency"); moveParts splits out that patch's answer. The rest of the wait
+// is the cluster's: the admin's write reaching our watch, and our write's
+// event reaching whoever watches.
 var moveSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Name:    "nvdriver_move_seconds",
 	Help:    "Controller time from a node event that woke the node labeller to the labeller's patch that starts the node's move (owner label or move-to annotation written).",
@@ -21,10 +22,11 @@ var moveSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 
 // moveParts splits nvdriver_move_seconds by whose time it was: the API
 // server answering the labeller's patch (answer), and the rest (own: the
-// labeller's wait for its turn, its pass, its client).
+// labeller's wait for its turn, its pass, the patch's wait for one of its
+// workers, its client).
 var moveParts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "nvdriver_move_part_seconds",
-	Help:    "nvdriver_move_seconds by part: answer (the API server answering the labeller's patch) and own (the rest: the labeller's turn, its pass).",
+	Help:    "nvdriver_move_seconds by part: answer (the API server answering the labeller's patch) and own (the rest: the labeller's turn, its pass, the patch's wait for a worker).",
 	Buckets: latencyBuckets,
 }, []string{"part"})
 
@@ -85,11 +87,19 @@ func (m *moveClock) giveBack(node string, at time.Time) {
 	}
 }
 
-// moved observes a move written now whose first event came at at, the API
-// server having taken answer to answer its patch.
-func (m *moveClock) moved(at time.Time, answer time.Duration) {
-	total := m.clock().Sub(at)
+// nodePatched is a node's patch answered: when, and how long the API server
+// took to answer it.
+type nodePatched struct {
+	at     time.Time
+	answer time.Duration
+}
+
+// moved observes a move whose first event came at at, written by p: until
+// its own patch was answered, not the pass's last (a pass patches many
+// nodes at once).
+func (m *moveClock) moved(at time.Time, p nodePatched) {
+	total := p.at.Sub(at)
 	moveSeconds.Observe(total.Seconds())
-	moveParts.WithLabelValues("answer").Observe(answer.Seconds())
-	moveParts.WithLabelValues("own").Observe(max(total-answer, 0).Seconds())
+	moveParts.WithLabelValues("answer").Observe(p.answer.Seconds())
+	moveParts.WithLabelValues("own").Observe(max(total-p.answer, 0).Seconds())
 }

@@ -20,7 +20,7 @@ func movePart(t *testing.T, part string) float64 {
 }
 
 // A move is timed from the first event that woke the labeller for its node
-// to the pass that wrote it; a node the pass held or failed to patch is
+// to its patch answered in the pass that wrote it; a node the pass held or failed to patch is
 // timed by the pass that writes it, still from that first event; a node
 // the pass had nothing to move on is not timed.
 func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
@@ -43,7 +43,9 @@ func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
 	a0, o0 := movePart(t, "answer"), movePart(t, "own")
 	c := newNodeChanges()
 	c.moves["moved"], c.moves["held"] = true, true
-	c.patched["moved"] = 120 * time.Millisecond
+	c.patched["moved"] = nodePatched{at: now, answer: 120 * time.Millisecond}
+	// The pass ends later, with other nodes' patches: the move ended with its own.
+	now = now.Add(400 * time.Millisecond)
 	r.timeMoves(c, woken)
 	n1, s1 := moveCount(t)
 	if n1-n0 != 1 || s1-s0 < 0.299 || s1-s0 > 0.301 {
@@ -54,7 +56,7 @@ func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
 		t.Errorf("the move's parts: answer %.3f s, own %.3f s; want 0.120 and 0.180", a, o)
 	}
 
-	// The next pass writes the held node: 300 ms more since its event.
+	// The next pass writes the held node, 1 s after its event.
 	now = now.Add(300 * time.Millisecond)
 	r.moves.woke("held") // a later event does not restart its clock
 	woken = r.moves.take()
@@ -62,11 +64,11 @@ func TestMoveClockTimesFromTheFirstEvent(t *testing.T) {
 		t.Error("a node the pass had no move for was kept for the next")
 	}
 	c = newNodeChanges()
-	c.moves["held"], c.patched["held"] = true, 50*time.Millisecond
+	c.moves["held"], c.patched["held"] = true, nodePatched{at: now, answer: 50 * time.Millisecond}
 	r.timeMoves(c, woken)
 	n2, s2 := moveCount(t)
-	if n2-n1 != 1 || s2-s1 < 0.599 || s2-s1 > 0.601 {
-		t.Errorf("the held move, 600 ms after its event: got %d observed, %.3f s", n2-n1, s2-s1)
+	if n2-n1 != 1 || s2-s1 < 0.999 || s2-s1 > 1.001 {
+		t.Errorf("the held move, 1 s after its event: got %d observed, %.3f s", n2-n1, s2-s1)
 	}
 	if w := r.moves.take(); len(w) != 0 {
 		t.Errorf("left after every move was written: %v", w)

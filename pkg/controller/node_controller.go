@@ -80,8 +80,8 @@ func (r *NodeLabeler) timeMoves(c *nodeChanges, woken map[string]time.Time) {
 		if !c.moves[node] {
 			continue // nothing to move: the event woke the pass for something else
 		}
-		if answer, ok := c.patched[node]; ok {
-			r.moves.moved(at, answer)
+		if p, ok := c.patched[node]; ok {
+			r.moves.moved(at, p)
 		} else {
 			r.moves.giveBack(node, at)
 		}
@@ -110,15 +110,15 @@ type nodeChanges struct {
 	uncordon            map[string]bool
 	// moves: the nodes, owned before, whose move these changes start (their
 	// owner label or move-to annotation); patched: the nodes whose patch
-	// went through (patchNodes), with the time the API server took to
-	// answer it. For the move clock.
+	// went through (patchNodes), with when and how long it took the API
+	// server to answer. For the move clock.
 	moves   map[string]bool
-	patched map[string]time.Duration
+	patched map[string]nodePatched
 }
 
 func newNodeChanges() *nodeChanges {
 	return &nodeChanges{labels: map[string]map[string]*string{}, annotations: map[string]map[string]*string{}, uncordon: map[string]bool{},
-		moves: map[string]bool{}, patched: map[string]time.Duration{}}
+		moves: map[string]bool{}, patched: map[string]nodePatched{}}
 }
 
 // releaseLeftNodes hands back, as they were, the nodes that left every
@@ -248,7 +248,7 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 					r.written.wrote(name, p, node.ResourceVersion)
 				}
 				mu.Lock()
-				c.patched[name] = answers.answered()
+				c.patched[name] = nodePatched{at: r.moves.clock(), answer: answers.answered()}
 				mu.Unlock()
 			}
 		}()
