@@ -21,9 +21,10 @@ type answerClock struct {
 
 type answerClockKey struct{}
 
-// withAnswerClock returns ctx with a new clock that TimeAnswers feeds.
-func withAnswerClock(ctx context.Context) (context.Context, *answerClock) {
-	c := &answerClock{now: time.Now}
+// withAnswerClock returns ctx with a new clock, reading now, that
+// TimeAnswers feeds.
+func withAnswerClock(ctx context.Context, now func() time.Time) (context.Context, *answerClock) {
+	c := &answerClock{now: now}
 	return context.WithValue(ctx, answerClockKey{}, c), c
 }
 
@@ -80,18 +81,17 @@ func (b *timedBody) Close() error {
 // stepClock times one node's step in a pass, to split its transition's
 // latency by whose time it was (upgradeTransitionParts).
 type stepClock struct {
-	ctx             context.Context // the pass's, with the step's answer clock
-	answers         *answerClock
-	now             func() time.Time
-	queued, started time.Time
+	ctx              context.Context // the pass's, with the step's answer clock
+	answers          *answerClock
+	now              func() time.Time
+	decided, started time.Time
 }
 
-// queueStep starts timing a step the pass decided at decided: from then
+// newStepClock starts timing a step the pass decided at decided: from then
 // until a worker takes it (start) it waits for one.
-func (r *UpgradeReconciler) queueStep(ctx context.Context, decided time.Time) *stepClock {
-	sctx, c := withAnswerClock(ctx)
-	c.now = r.latencyNow
-	return &stepClock{ctx: sctx, answers: c, now: r.latencyNow, queued: decided}
+func (r *UpgradeReconciler) newStepClock(ctx context.Context, decided time.Time) *stepClock {
+	sctx, c := withAnswerClock(ctx, r.latencyNow)
+	return &stepClock{ctx: sctx, answers: c, now: r.latencyNow, decided: decided}
 }
 
 func (r *UpgradeReconciler) latencyNow() time.Time {
@@ -109,7 +109,7 @@ func (s *stepClock) start() { s.started = s.now() }
 // before it decided the step, and the step's own between its requests.
 func (s *stepClock) observe(to string, passStart time.Time) {
 	total := s.now().Sub(passStart)
-	answer, worker := s.answers.answered(), s.started.Sub(s.queued)
+	answer, worker := s.answers.answered(), s.started.Sub(s.decided)
 	upgradeTransition.WithLabelValues(to).Observe(total.Seconds())
 	upgradeTransitionParts.WithLabelValues(to, "answer").Observe(answer.Seconds())
 	upgradeTransitionParts.WithLabelValues(to, "worker").Observe(worker.Seconds())

@@ -114,7 +114,7 @@ func TestStepClockSplitsATransition(t *testing.T) {
 	passStart := clk.now()
 	clk.advance(50 * time.Millisecond) // the pass decides
 	answers := clk.clock()
-	st := &stepClock{ctx: withClock(answers), answers: answers, now: clk.now, queued: clk.now()}
+	st := &stepClock{ctx: withClock(answers), answers: answers, now: clk.now, decided: clk.now()}
 	clk.advance(200 * time.Millisecond) // every worker busy
 	st.start()
 	answers.add(400 * time.Millisecond) // the step's LIST and PATCH

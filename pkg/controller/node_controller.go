@@ -232,7 +232,7 @@ func (r *NodeLabeler) patchNodes(ctx context.Context, c *nodeChanges, snap *snap
 				node := &corev1.Node{}
 				node.Name = name
 				waited := excludeFromCost(ctx)
-				pctx, answers := withAnswerClock(ctx)
+				pctx, answers := withAnswerClock(ctx, r.moves.clock)
 				err := r.Client.Patch(pctx, node, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
 				waited()
 				if err != nil {

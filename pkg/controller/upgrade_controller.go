@@ -283,9 +283,18 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 	}
 	var listing []int
 	decs := upgrade.Decide(ps.inputs, policy, now)
-	// Every step waits for a worker from here: the loop below hands them
-	// out in turn, and blocks while all workers are busy.
+	// Every step waits for a worker from here: the loops below hand them
+	// out in turn, and block while all workers are busy.
 	decided := r.latencyNow()
+	goStep := func(step func(st *stepClock)) {
+		st := r.newStepClock(ctx, decided)
+		exec.Go(func() error {
+			defer excludeFromCost(ctx)()
+			st.start()
+			step(st)
+			return nil
+		})
+	}
 	for _, dec := range decs {
 		i := ps.at(dec.Node)
 		if ps.listPods[i] {
@@ -297,32 +306,22 @@ func (r *UpgradeReconciler) carryOut(ctx context.Context, d *v1alpha1.NVIDIADriv
 			continue
 		}
 		// Each decision touches its own node only: carried out concurrently.
-		st := r.queueStep(ctx, decided)
-		exec.Go(func() error {
-			defer excludeFromCost(ctx)()
-			st.start()
-			carry(st, i, dec, nil)
-			return nil
-		})
+		goStep(func(st *stepClock) { carry(st, i, dec, nil) })
 	}
 	for _, i := range listing {
-		st := r.queueStep(ctx, decided)
-		exec.Go(func() error {
-			defer excludeFromCost(ctx)()
-			st.start()
+		goStep(func(st *stepClock) {
 			in := ps.inputs[i] // a copy: the listing fills it
 			pods, err := r.observePods(st.ctx, &in, policy)
 			if err != nil {
 				// Not decided: it runs again soon (an error requeues).
 				fail(fmt.Errorf("pods on %s: %w", in.Name, err))
-				return nil
+				return
 			}
 			dec := upgrade.Step(in, policy, now)
 			keepsBusy(dec, i)
 			if dec.Changed() {
 				carry(st, i, dec, pods)
 			}
-			return nil
 		})
 	}
 	_ = exec.Wait()

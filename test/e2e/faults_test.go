@@ -513,6 +513,33 @@ func (r *replica) metric(name string, match ...string) float64 {
 	return total
 }
 
+// labelValues are the values of label on the samples of name, in the order
+// the replica exports them.
+func (r *replica) labelValues(name, label string) []string {
+	resp, err := http.Get("http://" + r.metrics + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		_, v, ok := strings.Cut(line, ","+label+`="`)
+		if !ok {
+			_, v, ok = strings.Cut(line, "{"+label+`="`)
+		}
+		if v, _, closed := strings.Cut(v, `"`); ok && closed {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 func (r *replica) leading() bool {
 	return r.metric("leader_election_master_status", `name="nvdriver-controller"`) == 1
 }

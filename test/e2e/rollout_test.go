@@ -475,13 +475,21 @@ func transitionQuantiles(r *replica) string {
 	if count <= 0 {
 		return "no transitions recorded"
 	}
+	// The bounds as the controller exports them, in its order (ascending):
+	// a copy here would drift when its buckets change.
+	var bounds []string
+	for _, le := range r.labelValues(name+"_bucket", "le") {
+		if le != "+Inf" && !slices.Contains(bounds, le) {
+			bounds = append(bounds, le)
+		}
+	}
 	bound := func(q float64) string {
-		for _, le := range []string{"0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "0.75", "1", "1.5", "2", "2.5", "5", "10"} {
+		for _, le := range bounds {
 			if r.metric(name+"_bucket", `le="`+le+`"`) >= q*count {
 				return "<=" + le + "s"
 			}
 		}
-		return ">10s"
+		return "above the last bucket"
 	}
 	return fmt.Sprintf("p50 %s, p95 %s over %.0f transitions", bound(0.5), bound(0.95), count)
 }
